@@ -1,0 +1,151 @@
+"""``bench``: check specs, parse benchmark output, run a campaign through Airflow.
+
+    bench validate [SPEC ...]          check campaign specs; errors by file, line and field
+    bench parse FILE [--format NAME]   tidy rows of a benchmark output as JSON lines
+    bench run CAMPAIGN                 run one campaign through Airflow (dag.test) and print its rows
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from benchflow.paths import PROJECT_ROOT, campaigns_dir, var_dir
+
+
+def configure_airflow() -> None:
+    """Point Airflow at this project unless the environment already does (a deployment, the tests)."""
+    home = var_dir() / "airflow"
+    home.mkdir(parents=True, exist_ok=True)
+    defaults = {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "GX_ANALYTICS_ENABLED": "false",
+    }
+    for key, value in defaults.items():
+        os.environ.setdefault(key, value)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from benchflow.spec import SpecError, load_spec
+
+    paths = [Path(p) for p in args.specs] or sorted(campaigns_dir().glob("*.yaml"))
+    failed = 0
+    for path in paths:
+        try:
+            spec = load_spec(path)
+        except SpecError as exc:
+            failed += 1
+            print("\n".join(exc.lines()), file=sys.stderr)
+            continue
+        print(f"{path}: ok ({spec.dag_id}, host {spec.host}, payload {spec.payload})")
+    if failed:
+        print(f"{failed} of {len(paths)} specs invalid", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    from benchflow.parsers import ParseError, parse_text
+
+    path = Path(args.file)
+    try:
+        parsed = parse_text(path.read_text(errors="replace"), args.format, marker=args.marker)
+    except OSError as exc:
+        print(f"{path}: {exc.strerror}", file=sys.stderr)
+        return 2
+    except ParseError as exc:
+        print(f"{path}: {exc}", file=sys.stderr)
+        return 1
+    for row in parsed.rows:
+        print(json.dumps(row))
+    state = "complete" if parsed.complete else f"incomplete (no {args.marker})"
+    print(f"{path}: {parsed.format}, {len(parsed.rows)} rows, {state}", file=sys.stderr)
+    for warning in parsed.warnings:
+        print(f"{path}: warning: {warning}", file=sys.stderr)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from benchflow.spec import SpecError, find_spec, load_spec
+
+    try:
+        spec = load_spec(find_spec(args.campaign))
+    except SpecError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    configure_airflow()
+    started = time.monotonic()
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.utils.db import upgradedb
+
+    upgradedb()
+    setup_s = time.monotonic() - started
+    bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags" / "campaigns.py"))
+    dag = bag.get_dag(spec.dag_id)
+    if dag is None:
+        print(f"DAG {spec.dag_id} not found; import errors: {bag.import_errors}", file=sys.stderr)
+        return 1
+    dag_run = dag.test(run_conf=json.loads(args.conf) if args.conf else None)
+    total_s = time.monotonic() - started
+    state = str(getattr(dag_run, "state", "unknown"))
+    from benchflow.warehouse import Warehouse
+
+    warehouse = Warehouse()
+    rows = warehouse.query(
+        "SELECT r.m AS M, r.ms_per_call, r.tok_per_s, r.us_per_token, r.note FROM kernel_results r "
+        "WHERE r.dag_id = ? AND r.run_id = ? ORDER BY r.m",
+        [spec.dag_id, dag_run.run_id],
+    )
+    run = warehouse.query("SELECT status, rows_loaded, detail FROM runs WHERE dag_id = ? AND run_id = ?",
+                          [spec.dag_id, dag_run.run_id])  # fmt: skip
+    print(f"\n{spec.dag_id} run {dag_run.run_id}: {state.split('.')[-1].lower()}")
+    if len(run):
+        print(f"warehouse status: {run.iloc[0]['status']} ({run.iloc[0]['rows_loaded']} rows) {run.iloc[0]['detail']}")
+    print(rows.to_string(index=False) if len(rows) else "(no rows loaded)")
+    print(f"warehouse: {warehouse.path}")
+    print(f"timing: set-up {setup_s:.1f} s, whole run {total_s - setup_s:.1f} s")
+    return 0 if state.lower().endswith("success") else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    validate = sub.add_parser("validate", help="check campaign specs", description="Check campaign specs.")
+    validate.add_argument("specs", nargs="*", help="spec files (default: every spec in include/campaigns/)")
+    validate.set_defaults(func=cmd_validate)
+    parse = sub.add_parser(
+        "parse",
+        help="print the tidy rows of a benchmark output as JSON lines",
+        description="Parse a benchmark output; exit 1 naming the line if it is malformed.",
+    )
+    parse.add_argument("file")
+    parse.add_argument("--format", help="output format (detected when not given)")
+    parse.add_argument("--marker", default="ALL_DONE", help="done marker line (default: ALL_DONE)")
+    parse.set_defaults(func=cmd_parse)
+    run = sub.add_parser(
+        "run",
+        help="run a campaign through Airflow and print its rows",
+        description="Run one campaign through Airflow (dag.test) and print the loaded rows.",
+    )
+    run.add_argument("campaign", help="campaign name (include/campaigns/<name>.yaml) or a spec path")
+    run.add_argument("--conf", help="JSON conf for the run")
+    run.set_defaults(func=cmd_run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Great Expectations suites, one per result kind, run on a pandas frame in an ephemeral context.
+
+GX checks columns; the cross-column consistency rules (tok/s ≈ M / s per call within 2%) are
+expressed as derived relative-error columns that the suite bounds, so every rule is an ordinary,
+readable GX expectation with its own result.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+KERNEL_SUITE = "kernel_sweep"
+RELATIVE_TOLERANCE = 0.02
+
+
+@dataclass
+class ValidationOutcome:
+    suite: str
+    success: bool
+    evaluated: int
+    failed: list[str] = field(default_factory=list)
+    # row position → reasons, for rows that a failed expectation names
+    row_reasons: dict[int, list[str]] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        if self.success:
+            return f"GX suite {self.suite!r}: all {self.evaluated} expectations passed"
+        lines = [f"GX suite {self.suite!r}: {len(self.failed)} of {self.evaluated} expectations failed:"]
+        lines += [f"  - {item}" for item in self.failed]
+        return "\n".join(lines)
+
+
+def _kernel_frame(rows: list[dict[str, Any]]) -> Any:
+    import pandas as pd
+
+    frame = pd.DataFrame.from_records(rows, columns=["m", "ms_per_call", "tok_per_s", "us_per_token", "note"])
+    seconds = frame["ms_per_call"] / 1e3
+    frame["tok_per_s_rel_err"] = (frame["tok_per_s"] - frame["m"] / seconds).abs() / (frame["m"] / seconds)
+    expected_us = 1e3 * frame["ms_per_call"] / frame["m"]
+    frame["us_per_token_rel_err"] = (frame["us_per_token"] - expected_us).abs() / expected_us
+    return frame
+
+
+def _kernel_expectations() -> list[Any]:
+    import great_expectations as gx
+
+    e = gx.expectations
+    numeric = ("m", "ms_per_call", "tok_per_s", "us_per_token")
+    checks: list[Any] = [e.ExpectColumnValuesToNotBeNull(column=c) for c in numeric]
+    checks += [
+        e.ExpectColumnValuesToBeUnique(column="m"),
+        e.ExpectColumnValuesToBeBetween(column="m", min_value=1),
+        e.ExpectColumnValuesToBeBetween(column="ms_per_call", min_value=0, strict_min=True),
+        e.ExpectColumnValuesToBeBetween(column="tok_per_s_rel_err", min_value=0, max_value=RELATIVE_TOLERANCE),
+        e.ExpectColumnValuesToBeBetween(column="us_per_token_rel_err", min_value=0, max_value=RELATIVE_TOLERANCE),
+    ]
+    return checks
+
+
+SUITES = {KERNEL_SUITE: (_kernel_frame, _kernel_expectations)}
+
+
+def validate_rows(kind: str, rows: list[dict[str, Any]]) -> ValidationOutcome:
+    """Run the suite for ``kind`` over ``rows``; never raises on failed expectations."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+
+    make_frame, make_expectations = SUITES[kind]
+    frame = make_frame(rows)
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = {"globally": False}  # type: ignore[assignment]
+    batch = context.data_sources.add_pandas(kind).add_dataframe_asset(kind).add_batch_definition_whole_dataframe(kind)
+    suite = context.suites.add(gx.ExpectationSuite(name=kind, expectations=make_expectations()))
+    definition = context.validation_definitions.add(gx.ValidationDefinition(name=kind, data=batch, suite=suite))
+    result = definition.run(batch_parameters={"dataframe": frame}, result_format="COMPLETE")
+
+    outcome = ValidationOutcome(kind, bool(result.success), len(result.results))
+    for item in result.results:
+        if item.success:
+            continue
+        config = item.expectation_config
+        assert config is not None  # every result of a suite run carries its expectation
+        kwargs = {k: v for k, v in config.kwargs.items() if k not in ("batch_id", "column")}
+        column = config.kwargs.get("column", "")
+        name = f"{config.type}({column}{', ' if kwargs else ''}{', '.join(f'{k}={v}' for k, v in kwargs.items())})"
+        details = item.result or {}
+        indexes = details.get("unexpected_index_list") or []
+        examples = details.get("partial_unexpected_list") or []
+        outcome.failed.append(
+            f"{name}: {details.get('unexpected_count', '?')} unexpected, e.g. {examples[:3]}"
+        )
+        for index in indexes:
+            outcome.row_reasons.setdefault(int(index), []).append(name)
+    return outcome

@@ -1,0 +1,162 @@
+"""Spec → DAG. The task graph of every campaign:
+
+    preflight → stop_services → deploy_payload → launch_benchmark → wait_done
+        → stop_benchmark (teardown of launch) → restore_services (teardown of stop_services)
+        → fetch_artifacts (runs whatever happened) → parse → validate → load → verdict
+
+``fetch_artifacts`` runs even when the benchmark failed, so rows of completed phases are always
+loaded; ``verdict`` then fails the run unless the benchmark reached its done marker and its rows
+passed validation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG, Asset, TriggerRule, task
+from airflow.sdk.exceptions import AirflowFailException
+
+from benchflow.operators import (
+    DeployPayloadOperator,
+    DoneMarkerSensor,
+    FetchArtifactsOperator,
+    LaunchBenchmarkOperator,
+    PreflightOperator,
+    ServicesOperator,
+    StopBenchmarkOperator,
+)
+from benchflow.spec import CampaignSpec
+
+START_DATE = datetime(2026, 1, 1)
+RESULTS_ASSET = Asset("bench_results")
+
+
+def _seconds(value: float) -> timedelta:
+    return timedelta(seconds=value)
+
+
+def run_record(spec: CampaignSpec, context: Any, status: str, detail: str = "") -> Any:
+    """The ``runs`` row of the current DAG run, from what earlier tasks returned."""
+    from benchflow.warehouse import RunRecord
+
+    ti = context["ti"]
+    deployed = ti.xcom_pull(task_ids="deploy_payload") or {}
+    dag_run = context["dag_run"]
+    return RunRecord(
+        dag_id=spec.dag_id,
+        run_id=context["run_id"],
+        campaign=spec.name,
+        host=spec.host,
+        spec_hash=spec.spec_hash(),
+        status=status,
+        payload_sha256=deployed.get("payload_sha256"),
+        started_at=getattr(dag_run, "start_date", None),
+        ended_at=datetime.now().astimezone(),
+        host_facts=ti.xcom_pull(task_ids="preflight") or {},
+        detail=detail,
+    )
+
+
+def build_dag(spec: CampaignSpec) -> DAG:
+    timeouts = spec.timeouts
+    bench = spec.benchmark
+    on_host = {"host_id": spec.host}
+    total = timeouts.preflight + 2 * timeouts.services + timeouts.deploy + timeouts.benchmark + 1800
+
+    with DAG(
+        dag_id=spec.dag_id,
+        description=spec.description or None,
+        schedule=spec.schedule,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        dagrun_timeout=_seconds(total),
+        tags=["bench", spec.kind, *spec.tags],
+        doc_md=f"**{spec.name}** ({spec.kind} campaign on host `{spec.host}`)\n\n{spec.description}\n\n"
+        f"Spec: `include/campaigns/{spec.name}.yaml` (sha256 `{spec.spec_hash()[:12]}`)\n\n{__doc__}",
+        default_args={"retries": spec.retries, "retry_delay": timedelta(seconds=30)},
+    ) as dag:
+        preflight = PreflightOperator(task_id="preflight", execution_timeout=_seconds(timeouts.preflight), **on_host)
+        services = [s.model_dump() for s in spec.services]
+        stop = ServicesOperator(
+            task_id="stop_services", services=services, action="stop",
+            execution_timeout=_seconds(timeouts.services), **on_host,
+        )  # fmt: skip
+        deploy = DeployPayloadOperator(
+            task_id="deploy_payload", payload=spec.payload, execution_timeout=_seconds(timeouts.deploy), **on_host
+        )
+        launch = LaunchBenchmarkOperator(
+            task_id="launch_benchmark", script=bench.script, args=dict(bench.args), output=bench.output,
+            marker=bench.marker, execution_timeout=_seconds(120), **on_host,
+        )  # fmt: skip
+        wait = DoneMarkerSensor(
+            task_id="wait_done", marker=bench.marker, benchmark_timeout=timeouts.benchmark,
+            poke_interval=timeouts.poke_interval, retries=0, **on_host,
+        )  # fmt: skip
+        stop_bench = StopBenchmarkOperator(task_id="stop_benchmark", execution_timeout=_seconds(120), **on_host)
+        restore = ServicesOperator(
+            task_id="restore_services", services=services, action="start",
+            execution_timeout=_seconds(timeouts.services), **on_host,
+        )  # fmt: skip
+        fetch = FetchArtifactsOperator(
+            task_id="fetch_artifacts", output=bench.output, trigger_rule=TriggerRule.ALL_DONE,
+            execution_timeout=_seconds(timeouts.deploy), **on_host,
+        )  # fmt: skip
+
+        @task
+        def parse(fetched: dict[str, Any]) -> dict[str, Any]:
+            from benchflow.results import parse_artifacts
+
+            summary = parse_artifacts(Path(fetched["dir"]), bench.parser, bench.marker)
+            print(f"parsed {summary.rows} rows; status {summary.status}; {summary.detail or 'complete'}")
+            return {**asdict(summary), "dir": fetched["dir"]}
+
+        @task
+        def validate(parsed: dict[str, Any], **context: Any) -> dict[str, Any]:
+            from benchflow.expectations import validate_rows
+            from benchflow.results import read_rows
+            from benchflow.warehouse import Warehouse
+
+            rows = read_rows(Path(parsed["dir"]))
+            if not rows:
+                return {"success": True, "summary": "no rows to validate"}
+            outcome = validate_rows(bench.parser, rows)
+            print(outcome.summary())
+            if not outcome.success:
+                record = run_record(spec, context, "invalid", outcome.summary())
+                Warehouse().quarantine(record, bench.parser, rows, outcome.row_reasons, outcome.summary())
+                raise AirflowFailException(f"{outcome.summary()}\n{len(rows)} rows quarantined, none loaded")
+            return {"success": True, "summary": outcome.summary()}
+
+        @task(outlets=[RESULTS_ASSET])
+        def load(parsed: dict[str, Any], validated: dict[str, Any], **context: Any) -> dict[str, Any]:
+            from benchflow.results import load_rows
+            from benchflow.warehouse import Warehouse
+
+            warehouse = Warehouse()
+            record = run_record(spec, context, parsed["status"], parsed["detail"])
+            loaded = load_rows(warehouse, record, bench.parser, Path(parsed["dir"]))
+            print(f"loaded {loaded} rows of run {record.run_id} ({record.status}) into {warehouse.path}")
+            return {"status": record.status, "rows": loaded, "detail": record.detail, "warehouse": str(warehouse.path)}
+
+        @task(trigger_rule=TriggerRule.ALL_DONE)
+        def verdict(**context: Any) -> None:
+            loaded = context["ti"].xcom_pull(task_ids="load")
+            if loaded is None:
+                raise AirflowFailException("results were not loaded: see the failed task before 'load'")
+            if loaded["status"] != "ok":
+                raise AirflowFailException(
+                    f"run is {loaded['status']}: {loaded['detail']} ({loaded['rows']} rows kept in the warehouse)"
+                )
+
+        preflight >> stop >> deploy >> launch >> wait >> stop_bench >> restore
+        stop_bench >> fetch
+        stop_bench.as_teardown(setups=launch)
+        restore.as_teardown(setups=stop, on_failure_fail_dagrun=True)
+        parsed = parse(fetch.output)  # type: ignore[arg-type]  # TaskFlow passes XComArgs
+        loaded = load(parsed, validate(parsed))  # type: ignore[arg-type]
+        loaded >> verdict()
+    return dag

@@ -1,0 +1,60 @@
+"""Parsers: pure functions from a benchmark's text output to tidy rows. No I/O.
+
+Each format module exposes ``FORMAT`` (its name), ``detect(text) -> bool`` and
+``parse(text) -> ParsedRun``. :func:`parse_text` picks the format when none is named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+
+class ParseError(ValueError):
+    """Input that is not the format it claims to be; names the line."""
+
+    def __init__(self, message: str, line_no: int | None = None, line: str | None = None):
+        self.line_no = line_no
+        where = f"line {line_no}: " if line_no is not None else ""
+        shown = f": {line.rstrip()[:200]!r}" if line is not None else ""
+        super().__init__(f"{where}{message}{shown}")
+
+
+@dataclass
+class ParsedRun:
+    """Rows of one benchmark output, whether it ran to its done marker, and its header facts."""
+
+    format: str
+    rows: list[dict[str, Any]]
+    complete: bool
+    meta: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def frame(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame.from_records(self.rows)
+
+
+def _formats() -> dict[str, ModuleType]:
+    from benchflow.parsers import kernel_sweep
+
+    return {kernel_sweep.FORMAT: kernel_sweep}
+
+
+def format_names() -> list[str]:
+    return sorted(_formats())
+
+
+def parse_text(text: str, fmt: str | None = None, marker: str = "ALL_DONE") -> ParsedRun:
+    formats = _formats()
+    if fmt is None:
+        found = [name for name, module in formats.items() if module.detect(text)]
+        if not found:
+            raise ParseError(f"unknown format (known: {', '.join(sorted(formats))})")
+        fmt = found[0]
+    if fmt not in formats:
+        raise ParseError(f"unknown format {fmt!r} (known: {', '.join(sorted(formats))})")
+    parsed: ParsedRun = formats[fmt].parse(text, marker=marker)
+    return parsed

@@ -1,0 +1,31 @@
+"""Where the project keeps things on the machine that runs Airflow."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+CAMPAIGNS_DIR = PROJECT_ROOT / "include" / "campaigns"
+SQL_DIR = PROJECT_ROOT / "include" / "sql"
+KERNELS_DIR = PROJECT_ROOT / "kernels"
+
+
+def campaigns_dir() -> Path:
+    """Campaign specs; ``BENCH_CAMPAIGNS_DIR`` points a deployment (or a test) at another folder."""
+    return Path(os.environ.get("BENCH_CAMPAIGNS_DIR", CAMPAIGNS_DIR))
+
+
+def kernels_dir() -> Path:
+    """Payloads deployable to hosts; ``BENCH_KERNELS_DIR`` overrides."""
+    return Path(os.environ.get("BENCH_KERNELS_DIR", KERNELS_DIR))
+
+
+def var_dir() -> Path:
+    """Mutable state: warehouse file, artifacts, the local host's workdir. ``BENCH_VAR_DIR`` overrides."""
+    return Path(os.environ.get("BENCH_VAR_DIR", PROJECT_ROOT / "var")).resolve()
+
+
+def artifacts_dir(dag_id: str, run_key: str) -> Path:
+    """Fetched result files of one DAG run, shared by the tasks that parse, validate and load them."""
+    return var_dir() / "artifacts" / dag_id / run_key

@@ -1,0 +1,219 @@
+"""Campaign specs: YAML files in ``include/campaigns/``, validated before anything runs.
+
+A bad spec raises :class:`SpecError`, whose message names the file, the line and the field, e.g.
+``include/campaigns/x.yaml:14: benchmark.args.m_list: Input should be a valid integer``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+from benchflow.paths import campaigns_dir, kernels_dir
+
+# An identifier that is safe as a DAG id part, a path component and a shell word.
+Ident = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
+# "local", or an Airflow connection id.
+HostId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,99}$")]
+# A path inside the payload: no absolute paths, no "..", no shell metacharacters.
+def _no_parent(value: str) -> str:
+    if ".." in value.split("/"):
+        raise ValueError("must not contain '..'")
+    return value
+
+
+PayloadPath = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,199}$"), AfterValidator(_no_parent)
+]
+# One line of printable text (no control characters, so nothing can smuggle a newline into a shell).
+Line = Annotated[str, StringConstraints(pattern=r"^[^\x00-\x1f\x7f]*$", max_length=400)]
+Scalar = int | float | bool | Line
+ArgValue = Scalar | list[Scalar]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Service(_Model):
+    """A service on the host that holds the GPUs and must be stopped for the benchmark, then restored.
+
+    ``stop`` and ``start`` are shell commands written by the campaign's author (trusted like DAG code);
+    they never receive values from a trigger form.
+    """
+
+    name: Ident
+    stop: Line
+    start: Line
+
+
+class Benchmark(_Model):
+    script: PayloadPath = Field(description="script inside the payload, run with the host's python")
+    args: dict[Ident, ArgValue] = Field(default_factory=dict, description="rendered as --key value")
+    marker: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:=-]{1,64}$")] = "ALL_DONE"
+    parser: Literal["kernel_sweep"] = "kernel_sweep"
+    output: PayloadPath = Field(default="results.jsonl", description="JSONL the script writes (--out)")
+
+
+class Timeouts(_Model):
+    """Seconds. Every stage has a bound: nothing waits forever on a host."""
+
+    preflight: float = Field(default=120, gt=0)
+    services: float = Field(default=300, gt=0)
+    deploy: float = Field(default=600, gt=0)
+    benchmark: float = Field(default=3600, gt=0)
+    poke_interval: float = Field(default=5, gt=0, le=300)
+
+
+class CampaignSpec(_Model):
+    name: Ident
+    description: Line = ""
+    kind: Literal["kernel"] = "kernel"
+    host: HostId = "local"
+    payload: Ident
+    schedule: Line | None = Field(default=None, description="cron or preset; null: manual only")
+    tags: list[Ident] = Field(default_factory=list)
+    retries: int = Field(default=0, ge=0, le=10)
+    services: list[Service] = Field(default_factory=list)
+    benchmark: Benchmark
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+
+    @field_validator("payload")
+    @classmethod
+    def _payload_exists(cls, value: str, info: ValidationInfo) -> str:
+        root = Path((info.context or {}).get("kernels_dir") or kernels_dir())
+        if not (root / value).is_dir():
+            raise ValueError(f"no payload directory kernels/{value}/")
+        return value
+
+    @property
+    def dag_id(self) -> str:
+        return f"bench_{self.name}"
+
+    def spec_hash(self) -> str:
+        """sha256 of the validated spec, so a result row can be traced to the exact configuration."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class FieldError:
+    field: str
+    message: str
+    line: int | None
+
+
+class SpecError(ValueError):
+    """A campaign spec that cannot be used; ``str()`` lists every problem by file, line and field."""
+
+    def __init__(self, path: Path, errors: list[FieldError]):
+        self.path = path
+        self.errors = errors
+        super().__init__("\n".join(self.lines()))
+
+    def lines(self) -> list[str]:
+        name = _display(self.path)
+        return [f"{name}:{e.line or '?'}: {e.field or '<top>'}: {e.message}" for e in self.errors]
+
+
+def load_spec(path: Path, payloads: Path | None = None) -> CampaignSpec:
+    """Read and validate one spec file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(path, [FieldError("", f"cannot read: {exc.strerror}", None)]) from exc
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else None
+        raise SpecError(path, [FieldError("", f"not valid YAML: {exc}", line)]) from exc
+    if not isinstance(data, dict):
+        raise SpecError(path, [FieldError("", "a spec is a mapping of fields", 1)])
+    if "name" in data and data["name"] != path.stem:
+        raise SpecError(path, [FieldError("name", f"must match the file name {path.stem!r}", _line(root, ("name",)))])
+    data.setdefault("name", path.stem)
+    try:
+        return CampaignSpec.model_validate(data, context={"kernels_dir": payloads})
+    except ValidationError as exc:
+        errors = []
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+            errors.append(FieldError(_dotted(loc), message, _line(root, loc)))
+        raise SpecError(path, errors) from None
+
+
+def load_all(directory: Path | None = None) -> tuple[list[CampaignSpec], list[SpecError]]:
+    """Every spec in a folder: the valid ones and the errors of the others."""
+    directory = directory or campaigns_dir()
+    specs: list[CampaignSpec] = []
+    errors: list[SpecError] = []
+    for path in sorted(Path(directory).glob("*.yaml")):
+        try:
+            specs.append(load_spec(path))
+        except SpecError as exc:
+            errors.append(exc)
+    return specs, errors
+
+
+def find_spec(name_or_path: str, directory: Path | None = None) -> Path:
+    directory = directory or campaigns_dir()
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") and candidate.exists():
+        return candidate
+    path = Path(directory) / f"{name_or_path}.yaml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in Path(directory).glob("*.yaml")))
+        raise SpecError(path, [FieldError("", f"no such campaign; known: {known}", None)])
+    return path
+
+
+def _dotted(loc: Iterable[Any]) -> str:
+    # pydantic reports union members as extra loc parts ("int", "list[...]"); they say nothing to a user.
+    parts = [str(p) for p in loc if not (isinstance(p, str) and re.search(r"[\[\]|]|^(int|float|bool|str)$", p))]
+    return ".".join(parts)
+
+
+def _line(node: Any, loc: Iterable[Any]) -> int | None:
+    """Line (1-based) of the deepest YAML node that ``loc`` reaches."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next((v for k, v in node.value if k.value == part), None)
+            if match is None:
+                key = next((k for k, _ in node.value if k.value == part), None)
+                return key.start_mark.line + 1 if key is not None else line
+            node = match
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            break
+        line = node.start_mark.line + 1
+    return line
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
