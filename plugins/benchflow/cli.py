@@ -3,6 +3,7 @@
     bench validate [SPEC ...]          check campaign specs; errors by file, line and field
     bench parse FILE [--format NAME]   tidy rows of a benchmark output as JSON lines
     bench run CAMPAIGN                 run one campaign through Airflow (dag.test) and print its rows
+    bench sql QUERY                    run a read query against the results warehouse
 """
 
 from __future__ import annotations
@@ -114,6 +115,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if state.lower().endswith("success") else 1
 
 
+def cmd_sql(args: argparse.Namespace) -> int:
+    from benchflow.warehouse import Warehouse
+
+    warehouse = Warehouse()
+    try:
+        frame = warehouse.query(args.query)
+    except Exception as exc:  # duckdb's errors share no base class worth naming here
+        print(f"{warehouse.path}: {exc}", file=sys.stderr)
+        return 1
+    print(frame.to_string(index=False) if len(frame) else "(no rows)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -139,6 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("campaign", help="campaign name (include/campaigns/<name>.yaml) or a spec path")
     run.add_argument("--conf", help="JSON conf for the run")
     run.set_defaults(func=cmd_run)
+    sql = sub.add_parser(
+        "sql", help="query the results warehouse", description="Run a read query against the results warehouse."
+    )
+    sql.add_argument("query", help="SQL, e.g. \"SELECT * FROM runs ORDER BY started_at DESC LIMIT 5\"")
+    sql.set_defaults(func=cmd_sql)
     return parser
 
 

@@ -61,7 +61,9 @@ def render_args(args: Mapping[str, object]) -> str:
 
 def launch_command(paths: RemoteJobPaths, command: str, cwd: str, env: Mapping[str, str] | None = None) -> str:
     """Start ``command`` detached in ``cwd``; print the job's pid once its pid file exists."""
-    wrapped = build_posix_wrapper_command(f"cd {shlex.quote(cwd)} && {command}", paths, dict(env or {}))
+    # A subshell, so that the wrapper's log redirection covers all of a compound command and an
+    # ``exit`` in it ends the command, not the wrapper (which must still write the exit code).
+    wrapped = build_posix_wrapper_command(f"( cd {shlex.quote(cwd)} && {command} )", paths, dict(env or {}))
     pid = shlex.quote(paths.pid_file)
     # The launch time lives on the host, so a wait that resumes anywhere measures from the same instant.
     started = f"mkdir -p {shlex.quote(paths.job_dir)} && date +%s > {shlex.quote(started_file(paths))}\n"

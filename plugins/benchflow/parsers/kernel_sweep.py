@@ -7,7 +7,9 @@
     ALL_DONE
 
 The note column is optional free text. Without the done marker the run is incomplete and the rows
-that completed are kept; a final line cut off mid-write (no newline) is dropped with a warning.
+that completed are kept; a final line cut off mid-write (no newline) is dropped with a warning, and
+text that ends the table of a crashed run (a traceback) is reported as a warning. Text in the middle
+of the table, or before the marker of a run that finished, is an error naming its line.
 """
 
 from __future__ import annotations
@@ -42,9 +44,12 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
     rows: list[dict[str, object]] = []
     warnings: list[str] = []
     in_table = complete = False
+    table_end: tuple[int, str] | None = None  # first line of text after the rows (a crash's output?)
     for number, line in enumerate(lines, start=1):
         stripped = line.strip()
         if stripped == marker:
+            if table_end is not None:
+                raise ParseError("text inside the table (expected: M ms/call tok/s us/token [note])", *table_end)
             complete = True
             break
         if not in_table:
@@ -60,10 +65,15 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
             if number == len(lines) and cut_off_last:
                 warnings.append(f"line {number}: dropped a row cut off mid-write: {line!r}")
                 continue
-            if NOISE_RE.match(line) and not stripped[0].isdigit():
+            if stripped[0].isdigit():
+                raise ParseError("malformed row (expected: M ms/call tok/s us/token [note])", number, line)
+            if NOISE_RE.match(line):
                 warnings.append(f"line {number}: skipped log noise: {line[:120]!r}")
-                continue
-            raise ParseError("malformed row (expected: M ms/call tok/s us/token [note])", number, line)
+            elif table_end is None:
+                table_end = (number, line)
+            continue
+        if table_end is not None:
+            raise ParseError("text inside the table (expected: M ms/call tok/s us/token [note])", *table_end)
         try:
             values = {k: float(row[k]) for k in ("ms", "tok", "us")}
         except ValueError:
@@ -79,4 +89,6 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
         )
     if not in_table:
         raise ParseError("no 'M ms/call tok/s us/token' column line found")
+    if table_end is not None:
+        warnings.append(f"line {table_end[0]}: table ends at {table_end[1][:160]!r}")
     return ParsedRun(FORMAT, rows, complete, meta, warnings)

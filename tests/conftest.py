@@ -1,0 +1,66 @@
+"""Test environment: a private var/ directory and a real PostgreSQL database for Airflow's metadata.
+
+Airflow reads its configuration when first imported, so this runs before any test module imports it.
+The database is created on the PostgreSQL server at 127.0.0.1:5432 and dropped at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import psycopg2
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures"
+PG_DSN = os.environ.get("BENCH_TEST_PG", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
+TEST_DB = f"benchflow_test_{os.getpid()}"
+VAR = Path(tempfile.mkdtemp(prefix="benchflow-test-"))
+
+os.environ.update(
+    {
+        "BENCH_VAR_DIR": str(VAR),
+        "AIRFLOW_HOME": str(VAR / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://postgres@127.0.0.1:5432/{TEST_DB}",
+        "GX_ANALYTICS_ENABLED": "false",
+    }
+)
+os.environ.pop("AIRFLOW_CONN_BENCH_WAREHOUSE", None)
+
+
+def _admin(sql: str) -> None:
+    con = psycopg2.connect(PG_DSN)
+    con.autocommit = True
+    try:
+        con.cursor().execute(sql)
+    finally:
+        con.close()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _admin(f'DROP DATABASE IF EXISTS "{TEST_DB}"')
+    _admin(f'CREATE DATABASE "{TEST_DB}"')
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _admin(f'DROP DATABASE IF EXISTS "{TEST_DB}" WITH (FORCE)')
+    shutil.rmtree(VAR, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> None:
+    """Airflow's metadata tables in the test database."""
+    from airflow.utils.db import upgradedb
+
+    upgradedb()
+
+
+@pytest.fixture
+def var_dir() -> Path:
+    return VAR

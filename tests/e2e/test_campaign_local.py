@@ -1,0 +1,193 @@
+"""Whole campaigns through Airflow's ``dag.test()`` against the local host, metadata in PostgreSQL.
+
+One healthy run of the real MoE payload, then the faults: a payload that crashes without its
+marker, one that hangs past its timeout, one whose rows fail validation, and a rerun of ``load``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from benchflow import remote
+from benchflow.warehouse import Warehouse
+
+from tests.conftest import FIXTURES, PROJECT_ROOT
+
+pytestmark = pytest.mark.e2e
+
+SERVICES = """\
+services:
+  - name: gpu_holder
+    stop: "echo stopped >> services.log"
+    start: "echo started >> services.log"
+"""
+
+
+def spec(payload: str, script: str, args: dict, benchmark_timeout: int = 120) -> str:
+    rendered = json.dumps(args)
+    return textwrap.dedent(
+        f"""\
+        description: e2e
+        host: local
+        payload: {payload}
+        benchmark:
+          script: {script}
+          args: {rendered}
+        timeouts:
+          benchmark: {benchmark_timeout}
+          poke_interval: 1
+        """
+    ) + SERVICES
+
+
+CAMPAIGNS = {
+    "e2e_moe": spec(
+        "moe",
+        "bench_moe.py",
+        {"m_list": [1, 2, 4, 8], "experts": 4, "hidden": 64, "inter": 32, "topk": 2, "warmup": 1, "iters": 3},
+    ),
+    "e2e_crash": spec("fault", "bench_fault.py", {"mode": "crash", "rows": 3}),
+    "e2e_hang": spec("fault", "bench_fault.py", {"mode": "hang", "rows": 2}, benchmark_timeout=4),
+    "e2e_invalid": spec("fault", "bench_fault.py", {"mode": "inconsistent", "rows": 3}),
+}
+
+
+@pytest.fixture(scope="module")
+def campaigns(tmp_path_factory, airflow_db):
+    root = tmp_path_factory.mktemp("campaigns")
+    (root / "specs").mkdir()
+    for name, text in CAMPAIGNS.items():
+        (root / "specs" / f"{name}.yaml").write_text(text)
+    shutil.copytree(PROJECT_ROOT / "kernels" / "moe", root / "kernels" / "moe")
+    shutil.copytree(FIXTURES / "payloads" / "fault", root / "kernels" / "fault")
+    saved = {k: os.environ.get(k) for k in ("BENCH_CAMPAIGNS_DIR", "BENCH_KERNELS_DIR")}
+    os.environ["BENCH_CAMPAIGNS_DIR"] = str(root / "specs")
+    os.environ["BENCH_KERNELS_DIR"] = str(root / "kernels")
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags" / "campaigns.py"))
+    assert bag.import_errors == {}
+    yield bag
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def run(bag, name):
+    """Run a campaign; return (run id, state, {task_id: state})."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    dag_run = bag.get_dag(f"bench_{name}").test()
+    with create_session() as session:
+        tis = session.query(TaskInstance).filter_by(dag_id=f"bench_{name}", run_id=dag_run.run_id).all()
+        states = {ti.task_id: str(ti.state) for ti in tis}
+    return dag_run.run_id, str(dag_run.state), states
+
+
+def host_workdir(var_dir: Path) -> Path:
+    return var_dir / "hosts" / "local"
+
+
+def run_dir(var_dir: Path, name: str, run_id: str) -> Path:
+    return Path(remote.run_dir(str(host_workdir(var_dir)), f"bench_{name}", run_id))
+
+
+def services_log(var_dir: Path) -> list[str]:
+    path = host_workdir(var_dir) / "services.log"
+    lines = path.read_text().split() if path.exists() else []
+    path.unlink(missing_ok=True)
+    return lines
+
+
+def kernel_rows(run_id):
+    return Warehouse().query("SELECT m, ms_per_call, tok_per_s, us_per_token FROM kernel_results WHERE run_id = ? "
+                             "ORDER BY m", [run_id])  # fmt: skip
+
+
+def run_row(run_id):
+    return Warehouse().query("SELECT * FROM runs WHERE run_id = ?", [run_id]).to_dict("records")[0]
+
+
+def test_healthy_campaign_loads_validated_rows_matching_the_jsonl(campaigns, var_dir):
+    run_id, state, tasks = run(campaigns, "e2e_moe")
+    assert state == "success", tasks
+    assert set(tasks.values()) == {"success"}
+    assert services_log(var_dir) == ["stopped", "started"]
+
+    jsonl = run_dir(var_dir, "e2e_moe", run_id) / "results.jsonl"
+    expected = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    loaded = kernel_rows(run_id).to_dict("records")
+    assert [r["m"] for r in loaded] == [e["M"] for e in expected] == [1, 2, 4, 8]
+    for got, want in zip(loaded, expected, strict=True):
+        for column in ("ms_per_call", "tok_per_s", "us_per_token"):
+            assert got[column] == pytest.approx(want[column], rel=1e-3)
+
+    record = run_row(run_id)
+    assert record["status"] == "ok" and record["rows_loaded"] == 4 and record["campaign"] == "e2e_moe"
+    assert len(record["payload_sha256"]) == 64 and len(record["spec_hash"]) == 64
+    assert json.loads(record["host_facts"])["gpu"] == "none"
+
+    # Rerun the load task of the same run, as `airflow tasks test` does after a clear: no new rows.
+    env = {**os.environ}
+    result = subprocess.run([str(Path(sys.executable).parent / "airflow"), "tasks", "test", "bench_e2e_moe", "load",
+                             run_id], capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "loaded 4 rows" in result.stdout + result.stderr
+    assert len(kernel_rows(run_id)) == 4
+    runs = Warehouse().query("SELECT count(*) AS n FROM runs WHERE run_id = ?", [run_id])
+    assert int(runs["n"][0]) == 1
+
+
+def test_crash_fails_the_wait_at_once_keeps_rows_and_restores(campaigns, var_dir, capfd):
+    run_id, state, tasks = run(campaigns, "e2e_crash")
+    output = capfd.readouterr()
+    log = output.out + output.err
+    assert state == "failed"
+    assert tasks["wait_done"] == "failed"
+    assert "benchmark exited with code 3 without writing 'ALL_DONE'" in log
+    assert "CUDA error: an illegal memory access" in log  # the log tail is in the error
+    checks = [line for line in log.splitlines() if "progress [" in line and "bench_fault" not in line]
+    assert 1 <= len(checks) <= 2, checks
+    assert tasks["stop_benchmark"] == "success" and tasks["restore_services"] == "success"
+    assert services_log(var_dir) == ["stopped", "started"]
+    assert tasks["load"] == "success" and tasks["verdict"] == "failed", sorted(tasks.items())
+    assert kernel_rows(run_id)["m"].tolist() == [1, 2, 4]
+    record = run_row(run_id)
+    assert record["status"] == "incomplete" and "without 'ALL_DONE' after 3 rows" in record["detail"]
+
+
+def test_hang_is_killed_at_timeout_with_its_whole_process_group(campaigns, var_dir, capfd):
+    run_id, state, tasks = run(campaigns, "e2e_hang")
+    log = "".join(capfd.readouterr())
+    assert state == "failed" and tasks["wait_done"] == "failed"
+    assert "ran past its timeout of 4 s; its process group was killed" in log
+    pgid = int((run_dir(var_dir, "e2e_hang", run_id) / "bench" / "pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pgid, 0)
+    assert services_log(var_dir) == ["stopped", "started"]
+    assert run_row(run_id)["status"] == "incomplete"
+    assert kernel_rows(run_id)["m"].tolist() == [1, 2]
+
+
+def test_invalid_rows_are_quarantined_and_fail_the_run(campaigns, var_dir, capfd):
+    run_id, state, tasks = run(campaigns, "e2e_invalid")
+    log = "".join(capfd.readouterr())
+    assert state == "failed" and tasks["validate"] == "failed" and tasks["load"] == "upstream_failed"
+    assert "expectations failed" in log and "tok_per_s_rel_err" in log
+    assert len(kernel_rows(run_id)) == 0
+    quarantined = Warehouse().query("SELECT row_number, reason FROM quarantine WHERE run_id = ? ORDER BY row_number",
+                                    [run_id])  # fmt: skip
+    assert quarantined["row_number"].tolist() == [0, 1, 2]
+    assert "tok_per_s_rel_err" in quarantined["reason"][1]
+    assert run_row(run_id)["status"] == "invalid"
+    assert services_log(var_dir) == ["stopped", "started"]

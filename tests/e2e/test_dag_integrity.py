@@ -1,0 +1,82 @@
+"""Parsing the DAG folder: every spec yields a DAG, no import errors, no I/O, no heavy imports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from benchflow.spec import load_all
+
+from tests.conftest import PROJECT_ROOT
+
+pytestmark = pytest.mark.e2e
+
+PROBE = textwrap.dedent(
+    """
+    import json, socket, sys
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("DAG parsing must not touch the network, a database or a connection")
+
+    socket.socket.connect = refuse
+    socket.create_connection = refuse
+    from airflow.sdk import BaseHook, Variable
+    BaseHook.get_connection = classmethod(refuse)
+    Variable.get = staticmethod(refuse)
+    from airflow.models.connection import Connection
+    Connection.get_connection_from_secrets = classmethod(refuse)
+
+    from airflow.dag_processing.dagbag import DagBag
+    bag = DagBag(dag_folder=sys.argv[1])
+    heavy = sorted(m for m in ("pandas", "torch", "triton", "great_expectations", "duckdb") if m in sys.modules)
+    print(json.dumps({
+        "dags": {d: sorted(bag.dags[d].task_ids) for d in bag.dags},
+        "errors": {k: str(v) for k, v in bag.import_errors.items()},
+        "heavy": heavy,
+    }))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def parsed():
+    result = subprocess.run([sys.executable, "-c", PROBE, str(PROJECT_ROOT / "dags")], capture_output=True, text=True,
+                            timeout=300, cwd=PROJECT_ROOT)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_no_import_errors(parsed):
+    assert parsed["errors"] == {}
+
+
+def test_every_spec_yields_a_dag(parsed):
+    specs, errors = load_all()
+    assert errors == []
+    assert {s.dag_id for s in specs} == set(parsed["dags"])
+
+
+def test_task_graph_has_every_stage(parsed):
+    expected = {"preflight", "stop_services", "deploy_payload", "launch_benchmark", "wait_done", "stop_benchmark",
+                "restore_services", "fetch_artifacts", "parse", "validate", "load", "verdict"}  # fmt: skip
+    for tasks in parsed["dags"].values():
+        assert set(tasks) == expected
+
+
+def test_parsing_imports_no_heavy_library(parsed):
+    assert parsed["heavy"] == []
+
+
+def test_dag_settings():
+    from benchflow.factory import build_dag
+
+    spec = next(s for s in load_all()[0] if s.name == "moe_kernel_nightly")
+    dag = build_dag(spec)
+    assert dag.catchup is False and dag.max_active_runs == 1
+    assert "bench" in dag.tags and dag.doc_md and "moe_kernel_nightly.yaml" in dag.doc_md
+    assert dag.task_dict["restore_services"].is_teardown and dag.task_dict["stop_benchmark"].is_teardown
+    assert dag.task_dict["stop_services"].is_setup and dag.task_dict["launch_benchmark"].is_setup
+    assert dag.task_dict["fetch_artifacts"].trigger_rule == "all_done"

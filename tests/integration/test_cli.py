@@ -1,0 +1,68 @@
+"""``bench`` as a user runs it: the installed console script in .venv, in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, PROJECT_ROOT
+
+pytestmark = pytest.mark.integration
+BENCH = str(Path(sys.executable).parent / "bench")
+
+
+def bench(*args):
+    return subprocess.run([BENCH, *args], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120)
+
+
+@pytest.mark.parametrize("command", [[], ["validate"], ["parse"], ["run"], ["sql"]])
+def test_every_subcommand_has_help(command):
+    result = bench(*command, "--help")
+    assert result.returncode == 0 and "usage: bench" in result.stdout
+
+
+def test_validate_all_shipped_specs():
+    result = bench("validate")
+    assert result.returncode == 0, result.stderr
+    assert "moe_kernel_local.yaml: ok (bench_moe_kernel_local" in result.stdout
+
+
+def test_validate_reports_file_line_field(tmp_path):
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("payload: moe\nbenchmark:\n  script: x.py\ntimeouts:\n  benchmark: -1\n")
+    result = bench("validate", str(bad))
+    assert result.returncode == 1
+    assert f"{bad}:5: timeouts.benchmark: Input should be greater than 0" in result.stderr
+
+
+def test_parse_prints_json_lines_and_detects_format():
+    result = bench("parse", str(FIXTURES / "kernel_moe_sweep_partial_rtxpro6000.txt"))
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["m"] for r in rows] == [1, 9, 32, 90, 256]
+    assert "kernel_sweep, 5 rows, incomplete (no ALL_DONE)" in result.stderr
+
+
+def test_parse_malformed_exits_nonzero_with_the_line(tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("M ms/call tok/s us/token\n1 0.1 10000 100\n2 x 1 1\n")
+    result = bench("parse", str(bad))
+    assert result.returncode == 1 and "line 3: malformed row" in result.stderr
+
+
+def test_parse_unknown_format_exits_nonzero(tmp_path):
+    other = tmp_path / "other.txt"
+    other.write_text("hello\n")
+    assert bench("parse", str(other)).returncode == 1
+    assert "unknown format 'nope'" in bench("parse", str(other), "--format", "nope").stderr
+
+
+def test_sql_queries_the_warehouse_and_reports_errors():
+    ok = bench("sql", "SELECT count(*) AS runs FROM runs")
+    assert ok.returncode == 0 and "runs" in ok.stdout
+    bad = bench("sql", "SELECT nope FROM runs")
+    assert bad.returncode == 1 and "warehouse.duckdb" in bad.stderr and "nope" in bad.stderr

@@ -1,0 +1,92 @@
+"""The command builders against a real bash: detached launch, status, kill of the whole group."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from benchflow import remote
+from benchflow.hosts import LocalHost
+
+pytestmark = pytest.mark.integration
+
+
+def wait_for(predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def host(tmp_path):
+    return LocalHost(workdir=tmp_path / "host")
+
+
+def launch(host, command, name="job"):
+    rundir = f"{host.workdir}/d/r"
+    paths = remote.job_paths(rundir, name)
+    host.check(f"mkdir -p {rundir}", 10, "mkdir")
+    pid = int(host.check(remote.launch_command(paths, command, cwd=rundir), 30, "launch").stdout.split()[-1])
+    return paths, pid
+
+
+def status(host, paths, marker="ALL_DONE"):
+    return remote.parse_status(host.check(remote.status_command(paths, marker), 30, "status").stdout)
+
+
+def test_job_writes_marker_and_exit_code(host):
+    paths, pid = launch(host, "echo step1; echo ALL_DONE")
+    assert wait_for(lambda: not status(host, paths).alive)
+    final = status(host, paths)
+    assert final.marker and final.exit_code == 0 and not final.alive and final.pid == pid
+    assert final.last_line == "ALL_DONE"
+    assert final.elapsed_s is not None and final.elapsed_s >= 0
+
+
+def test_job_that_dies_without_marker_is_seen_dead(host):
+    paths, _ = launch(host, "echo working; exit 7")
+    assert wait_for(lambda: not status(host, paths).alive)
+    final = status(host, paths)
+    assert not final.marker and final.exit_code == 7
+
+
+def test_kill_ends_the_whole_process_group(host):
+    paths, pid = launch(host, "sleep 300 & sleep 300; echo never")
+    assert status(host, paths).alive and group_alive(pid)
+    host.check(remote.kill_command(paths, grace_s=2), 30, "kill")
+    assert wait_for(lambda: not group_alive(pid), timeout=5)
+    assert not status(host, paths).alive
+
+
+def test_kill_escalates_to_sigkill_when_term_is_ignored(host):
+    paths, pid = launch(host, "trap '' TERM; sleep 300 & trap '' TERM; while true; do sleep 1; done")
+    host.check(remote.kill_command(paths, grace_s=0.5), 30, "kill")
+    assert wait_for(lambda: not group_alive(pid), timeout=5)
+
+
+def test_quoted_values_reach_the_program_as_data(host, tmp_path):
+    evil = "x; touch pwned; $(touch pwned2) `touch pwned3`"
+    args = remote.render_args({"name": evil})
+    paths, _ = launch(host, f"printf '%s\\n' {args}")
+    assert wait_for(lambda: status(host, paths).exit_code is not None)
+    log = open(paths.log_file).read()
+    assert evil in log
+    assert not any((tmp_path / "host" / "d" / "r" / f).exists() for f in ("pwned", "pwned2", "pwned3"))
+
+
+def test_preflight_reports_facts_of_this_machine(host):
+    facts = remote.parse_facts(host.check(remote.preflight_command(host.python, host.workdir), 60, "preflight").stdout)
+    assert facts["gpu"] == "none" and facts["gpu_count"] == "0"
+    assert facts["torch"].startswith("2.")

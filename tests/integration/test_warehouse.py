@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from benchflow.warehouse import RunRecord, Warehouse
+
+pytestmark = pytest.mark.integration
+
+ROWS = [
+    {"m": 1, "ms_per_call": 0.151, "tok_per_s": 6622.5, "us_per_token": 151.0, "note": "AR"},
+    {"m": 2, "ms_per_call": 0.2, "tok_per_s": 10000.0, "us_per_token": 100.0, "note": ""},
+]
+
+
+def record(status="ok", run_id="r1"):
+    return RunRecord(dag_id="bench_t", run_id=run_id, campaign="t", host="local", spec_hash="h" * 64, status=status,
+                     payload_sha256="p" * 64, started_at=datetime.now(UTC), host_facts={"gpu": "none"})  # fmt: skip
+
+
+@pytest.fixture
+def warehouse(tmp_path):
+    return Warehouse(tmp_path / "wh.duckdb")
+
+
+def count(warehouse, table, run_id="r1"):
+    return int(warehouse.query(f"SELECT count(*) AS n FROM {table} WHERE run_id = ?", [run_id])["n"][0])
+
+
+def test_load_is_idempotent_per_run(warehouse):
+    assert warehouse.load(record(), "kernel_sweep", ROWS) == 2
+    assert warehouse.load(record(), "kernel_sweep", ROWS) == 2
+    assert count(warehouse, "kernel_results") == 2 and count(warehouse, "runs") == 1
+    warehouse.load(record(run_id="r2"), "kernel_sweep", ROWS[:1])
+    assert count(warehouse, "kernel_results", "r2") == 1 and count(warehouse, "kernel_results") == 2
+
+
+def test_reload_replaces_rows_and_status(warehouse):
+    warehouse.load(record(status="incomplete"), "kernel_sweep", ROWS[:1])
+    warehouse.load(record(status="ok"), "kernel_sweep", ROWS)
+    run = warehouse.query("SELECT status, rows_loaded, host_facts FROM runs")
+    assert run.to_dict("records") == [{"status": "ok", "rows_loaded": 2, "host_facts": '{"gpu": "none"}'}]
+
+
+def test_failed_load_leaves_previous_state(warehouse):
+    warehouse.load(record(), "kernel_sweep", ROWS)
+    broken = [*ROWS, {"m": 2, "ms_per_call": 1.0, "tok_per_s": 1.0, "us_per_token": 1.0, "note": ""}]  # duplicate key
+    with pytest.raises(Exception, match=r"(?i)duplicate|constraint"):
+        warehouse.load(record(status="incomplete"), "kernel_sweep", broken)
+    assert count(warehouse, "kernel_results") == 2
+    assert warehouse.query("SELECT status FROM runs")["status"].tolist() == ["ok"]
+
+
+def test_quarantine_keeps_rows_out_of_results_with_reasons(warehouse):
+    warehouse.load(record(), "kernel_sweep", ROWS)
+    warehouse.quarantine(record(status="invalid"), "kernel_sweep", ROWS, {1: ["unique(m)"]}, "GX suite failed\nmore")
+    assert count(warehouse, "kernel_results") == 0
+    reasons = warehouse.query("SELECT row_number, reason FROM quarantine ORDER BY row_number")["reason"].tolist()
+    assert reasons == ["run failed validation: GX suite failed", "unique(m)"]
+    assert warehouse.query("SELECT status FROM runs")["status"].tolist() == ["invalid"]
+
+
+def test_migrations_are_recorded_once(warehouse):
+    warehouse.query("SELECT 1")
+    warehouse.query("SELECT 1")
+    assert warehouse.query("SELECT version FROM schema_migrations")["version"].tolist() == [1]
+
+
+def test_unknown_status_is_refused():
+    with pytest.raises(ValueError, match="run status 'great'"):
+        record(status="great")

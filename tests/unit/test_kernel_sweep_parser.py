@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import pytest
+from benchflow.parsers import ParseError, parse_text
+
+from tests.conftest import FIXTURES
+
+pytestmark = pytest.mark.unit
+
+SAMPLE = (FIXTURES / "kernel_moe_sweep_partial_rtxpro6000.txt").read_text()
+
+
+def test_real_partial_sample_keeps_completed_rows_and_is_incomplete():
+    parsed = parse_text(SAMPLE)
+    assert parsed.format == "kernel_sweep"
+    assert not parsed.complete
+    assert [r["m"] for r in parsed.rows] == [1, 9, 32, 90, 256]
+    first = {"m": 1, "ms_per_call": 0.151, "tok_per_s": 6642.0, "us_per_token": 150.56, "note": "AR C=1"}
+    assert parsed.rows[0] == first
+    assert parsed.rows[3]["note"] == "10 streams b8"
+    assert parsed.rows[2]["note"] == ""
+    assert parsed.meta["GPU"] == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    assert parsed.meta["MoE"].startswith("E=384 hidden=7168")
+
+
+def test_marker_completes_the_run_and_ends_the_table():
+    parsed = parse_text(SAMPLE + "ALL_DONE\nsomething printed after the marker\n")
+    assert parsed.complete and len(parsed.rows) == 5
+
+
+def test_custom_marker():
+    assert parse_text(SAMPLE + "SWEEP_FINISHED\n", marker="SWEEP_FINISHED").complete
+    other = parse_text(SAMPLE + "ALL_DONE\n", marker="SWEEP_FINISHED")
+    assert not other.complete and "table ends at 'ALL_DONE'" in other.warnings[-1]
+
+
+def test_row_cut_off_mid_write_is_dropped_with_a_warning():
+    parsed = parse_text(SAMPLE + "512 9.1")
+    assert [r["m"] for r in parsed.rows][-1] == 256
+    assert not parsed.complete
+    assert "cut off" in parsed.warnings[0]
+
+
+def test_malformed_row_names_its_line():
+    text = SAMPLE.replace("32 3.171 10092 99.09", "32 3.171 oops 99.09")
+    with pytest.raises(ParseError, match=r"^line 7: malformed row .*'32 3.171 oops 99.09'"):
+        parse_text(text)
+
+
+TABLE = "M ms/call tok/s us/token\n1 0.1 10000 100\n2 0.2 10000 100\n"
+
+
+def test_text_between_rows_is_an_error():
+    with pytest.raises(ParseError, match=r"^line 3: text inside the table.*'garbage here'"):
+        parse_text(TABLE.replace("\n2 ", "\ngarbage here\n2 "))
+
+
+def test_text_before_the_marker_of_a_finished_run_is_an_error():
+    with pytest.raises(ParseError, match=r"^line 4: text inside the table"):
+        parse_text(TABLE + "garbage here\nALL_DONE\n")
+
+
+def test_crash_output_ends_the_table_of_an_incomplete_run():
+    crash = "Traceback (most recent call last):\n  File \"bench.py\", line 3\nRuntimeError: CUDA error\n"
+    parsed = parse_text(TABLE + crash)
+    assert not parsed.complete and [r["m"] for r in parsed.rows] == [1, 2]
+    assert parsed.warnings[-1].startswith("line 4: table ends at 'Traceback")
+
+
+def test_interleaved_warnings_are_skipped_not_fatal():
+    text = SAMPLE.replace("32 3.171", "UserWarning: TF32 is off\n  warnings.warn(msg)\n32 3.171")
+    parsed = parse_text(text)
+    assert len(parsed.rows) == 5 and len(parsed.warnings) == 2
+
+
+def test_unknown_format_is_an_error():
+    with pytest.raises(ParseError, match="unknown format"):
+        parse_text("hello\nworld\n")
+    with pytest.raises(ParseError, match="unknown format 'nope'"):
+        parse_text(SAMPLE, "nope")
+
+
+def test_no_column_line_is_an_error_when_format_forced():
+    with pytest.raises(ParseError, match="no 'M ms/call"):
+        parse_text("GPU: x\n1 0.1 10 100\n", "kernel_sweep")

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from benchflow.paths import CAMPAIGNS_DIR
+from benchflow.spec import SpecError, load_all, load_spec
+
+pytestmark = pytest.mark.unit
+
+GOOD = """\
+description: test campaign
+kind: kernel
+host: local
+payload: moe
+benchmark:
+  script: bench_moe.py
+  args:
+    m_list: [1, 2]
+timeouts:
+  benchmark: 60
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "camp") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_shipped_specs_are_valid():
+    specs, errors = load_all(CAMPAIGNS_DIR)
+    assert errors == []
+    assert {"moe_kernel_local", "moe_kernel_nightly"} <= {s.name for s in specs}
+
+
+def test_good_spec_loads_with_defaults(tmp_path):
+    spec = load_spec(write(tmp_path, GOOD))
+    assert spec.dag_id == "bench_camp"
+    assert spec.benchmark.marker == "ALL_DONE"
+    assert spec.timeouts.benchmark == 60 and spec.timeouts.poke_interval == 5
+    assert len(spec.spec_hash()) == 64
+
+
+def test_spec_hash_changes_with_content(tmp_path):
+    first = load_spec(write(tmp_path, GOOD)).spec_hash()
+    second = load_spec(write(tmp_path, GOOD.replace("[1, 2]", "[1, 4]"))).spec_hash()
+    assert first != second
+
+
+BAD = [
+    # (what, replace this, with this, field named, line)
+    ("unknown key", "kind: kernel\n", "kind: kernel\nnightly: true\n", "nightly", 3),
+    ("wrong type", "benchmark: 60", "benchmark: soon", "timeouts.benchmark", 10),
+    ("negative timeout", "benchmark: 60", "benchmark: -5", "timeouts.benchmark", 10),
+    ("missing payload dir", "payload: moe", "payload: nosuchpayload", "payload", 4),
+    ("no payload at all", "payload: moe\n", "", "payload", 1),
+    ("shell metacharacters in host", "host: local", "host: 'gpu1; rm -rf ~'", "host", 3),
+    ("path traversal in script", "script: bench_moe.py", "script: ../../etc/passwd", "benchmark.script", 6),
+    ("newline in an argument", "m_list: [1, 2]", 'm_list: "1\\n$(id)"', "benchmark.args.m_list", 8),
+    ("unknown benchmark field", "  script: bench_moe.py\n", "  script: bench_moe.py\n  command: rm -rf /\n",
+     "benchmark.command", 7),
+    ("wrong list item type", "m_list: [1, 2]", "m_list: [1, {a: 2}]", "benchmark.args.m_list", 8),
+]
+
+
+@pytest.mark.parametrize(("what", "old", "new", "field", "line"), BAD, ids=[b[0] for b in BAD])
+def test_bad_spec_error_names_file_field_and_line(tmp_path, what, old, new, field, line):
+    assert old in GOOD
+    path = write(tmp_path, GOOD.replace(old, new))
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    messages = caught.value.lines()
+    assert any(f"camp.yaml:{line if line else '?'}: {field}" in m for m in messages), messages
+    assert all(str(path.name) in m for m in messages)
+
+
+def test_name_must_match_file(tmp_path):
+    with pytest.raises(SpecError, match=r"camp.yaml:1: name: must match the file name 'camp'"):
+        load_spec(write(tmp_path, "name: other\n" + GOOD))
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    with pytest.raises(SpecError, match=r"camp.yaml:3: <top>: not valid YAML"):
+        load_spec(write(tmp_path, "kind: kernel\nhost: local\n  bad: [\n"))
