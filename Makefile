@@ -7,6 +7,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTHON ?= python3
+SSHD   := /usr/sbin/sshd
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test lint venv constraints clean
 
@@ -26,7 +28,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: lint
+# The tests start a real OpenSSH server on a loopback port (tests/sshd.py): a second "machine".
+$(SSHD):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openssh-server openssh-client
+
+test: lint $(SSHD)
 	TRITON_INTERPRET=1 $(VENV)/bin/pytest
 
 # Re-pin the whole resolved set after changing requirements*.txt.

@@ -63,7 +63,7 @@ def run_record(spec: CampaignSpec, context: Any, status: str, detail: str = "") 
 def build_dag(spec: CampaignSpec) -> DAG:
     timeouts = spec.timeouts
     bench = spec.benchmark
-    on_host = {"host_id": spec.host}
+    on_host: dict[str, Any] = {"host_id": spec.host}
     total = timeouts.preflight + 2 * timeouts.services + timeouts.deploy + timeouts.benchmark + 1800
 
     with DAG(

@@ -1,18 +1,21 @@
 """Where benchmark commands run. One interface, ``Host``: run a command, put a tree, get a file.
 
-``local`` treats a workdir on this machine as the remote host; it runs the same shell commands an
-SSH host would, so a campaign behaves the same on both.
+``local`` treats a workdir on this machine as the remote host; any other host id is an Airflow SSH
+connection (:class:`SSHHost`, the provider's ``SSHHook`` and SFTP). Both run the same shell
+commands, so a campaign behaves the same on either.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from benchflow.manifest import MANIFEST_NAME, build_manifest, format_manifest, manifest_sha256, parse_manifest
 from benchflow.paths import var_dir
@@ -119,10 +122,121 @@ class LocalHost(Host):
         return True
 
 
+_ABSOLUTE_PATH = re.compile(r"^/[A-Za-z0-9._/+-]*$")
+
+
+def host_settings(host_id: str, extra: dict[str, object]) -> tuple[str, str]:
+    """``workdir`` and ``python`` from a connection's extras, validated: they reach a shell."""
+    workdir = str(extra.get("workdir") or "/tmp/benchflow")  # noqa: S108 - a default on the GPU host
+    python = str(extra.get("python") or "/usr/bin/python3")
+    for name, value in (("workdir", workdir), ("python", python)):
+        if not _ABSOLUTE_PATH.match(value) or ".." in value.split("/"):
+            raise HostError(f"connection {host_id!r}: extra {name!r} must be an absolute path, got {value!r}")
+    return workdir.rstrip("/") or "/", python
+
+
+class SSHHost(Host):
+    """A GPU server behind an Airflow SSH connection (provider ``SSHHook``; files over SFTP).
+
+    The connection must verify the server's host key: a pinned ``host_key`` extra, or the key in the
+    worker's ``~/.ssh/known_hosts``. One that turns checking off is refused before anything connects.
+    Extras ``workdir`` and ``python`` say where runs live and which interpreter runs payloads.
+    """
+
+    def __init__(self, conn_id: str):
+        from airflow.providers.ssh.hooks.ssh import SSHHook
+        from airflow.sdk import BaseHook
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        self.name = conn_id
+        try:
+            conn = BaseHook.get_connection(conn_id)
+        except AirflowNotFoundException:
+            raise HostError(f"host {conn_id!r}: no Airflow connection with that id (and it is not 'local')") from None
+        if conn.conn_type != "ssh":
+            raise HostError(f"host {conn_id!r}: connection type is {conn.conn_type!r}, expected 'ssh'")
+        self.workdir, self.python = host_settings(conn_id, conn.extra_dejson)
+        self.hook = SSHHook(ssh_conn_id=conn_id, conn_retry_attempts=1)
+        if self.hook.no_host_key_check or self.hook.allow_host_key_change:
+            raise HostError(
+                f"host {conn_id!r}: the connection turns host-key checking off; pin the server's key in the "
+                "extra 'host_key' (ssh-keyscan prints it) or add it to ~/.ssh/known_hosts"
+            )
+        self._client: Any = None
+        self._sftp: Any = None
+        self._dirs: set[str] = set()
+
+    def _connect(self) -> Any:
+        import paramiko
+
+        client = self._client
+        transport = client.get_transport() if client is not None else None
+        if transport is not None and transport.is_active():
+            return client
+        self._sftp = None
+        try:
+            self._client = self.hook.get_conn()
+        except paramiko.BadHostKeyException as exc:
+            raise HostError(
+                f"host {self.name!r}: the server's host key does not match the pinned one ({exc}); "
+                "no command was run. If the server was reinstalled, verify and update the connection's host_key."
+            ) from None
+        except paramiko.SSHException as exc:
+            if "known_hosts" in str(exc) or "host key" in str(exc).lower():
+                raise HostError(
+                    f"host {self.name!r}: the server's host key is not known ({exc}); no command was run. "
+                    "Pin it in the connection's extra host_key."
+                ) from None
+            raise HostError(f"host {self.name!r}: cannot connect: {exc}") from exc
+        except OSError as exc:
+            raise HostError(f"host {self.name!r}: cannot connect: {exc}") from exc
+        return self._client
+
+    def _sftp_client(self) -> Any:
+        client = self._connect()
+        if self._sftp is None:
+            self._sftp = client.open_sftp()
+        return self._sftp
+
+    def run(self, command: str, timeout: float) -> CommandResult:
+        import paramiko
+
+        try:
+            rc, out, err = self.hook.exec_ssh_client_command(self._connect(), command, False, None, timeout)
+        except paramiko.SSHException as exc:
+            raise HostError(f"host {self.name!r}: command failed: {exc}") from exc
+        except Exception as exc:  # the hook raises AirflowException on a command timeout
+            if "timed out" in str(exc):
+                raise HostError(f"command timed out after {timeout:.0f} s on host {self.name!r}") from exc
+            raise
+        return CommandResult(rc, out.decode(errors="replace"), err.decode(errors="replace"))
+
+    def put_file(self, local: Path, remote: str) -> None:
+        import shlex
+
+        parent = remote.rsplit("/", 1)[0] or "/"
+        if parent not in self._dirs:
+            self.check(f"mkdir -p {shlex.quote(parent)}", 60, f"mkdir {parent}")
+            self._dirs.add(parent)
+        self._sftp_client().put(str(local), remote)
+
+    def get_file(self, remote: str, local: Path) -> bool:
+        Path(local).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._sftp_client().get(remote, str(local))
+        except FileNotFoundError:
+            Path(local).unlink(missing_ok=True)
+            return False
+        return True
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+        self._client = self._sftp = None
+
+
 def get_host(host_id: str) -> Host:
     """``local`` → :class:`LocalHost`; anything else is an Airflow SSH connection id."""
     if host_id == "local":
         return LocalHost()
-    raise HostError(
-        f"host {host_id!r}: SSH hosts are not available yet in this release; use host 'local'"
-    )
+    return SSHHost(host_id)

@@ -7,6 +7,7 @@ any task can be retried or cleared and find what it needs there.
 from __future__ import annotations
 
 import shlex
+from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
@@ -191,22 +192,48 @@ class DoneMarkerSensor(HostOperator, BaseSensorOperator):
 
     marker → success; exit file or dead process group without marker → fail at once with the log
     tail; past ``benchmark_timeout`` → kill the process group and fail. Each check logs the newest
-    line of the log.
+    line of the log. Deferrable by default: the wait runs in the triggerer
+    (:class:`~benchflow.triggers.DoneMarkerTrigger`) and holds no worker slot.
     """
 
     ui_color = "#fdf3e1"
 
-    def __init__(self, *, marker: str, benchmark_timeout: float, **kwargs: Any):
+    def __init__(self, *, marker: str, benchmark_timeout: float, deferrable: bool = True, **kwargs: Any):
         kwargs.setdefault("timeout", benchmark_timeout + 300)
         super().__init__(**kwargs)
         self.marker = marker
         self.benchmark_timeout = benchmark_timeout
+        self.deferrable = deferrable
+        self._checks = 0
+
+    def execute(self, context: Any) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        from benchflow.triggers import DoneMarkerTrigger
+
+        trigger = DoneMarkerTrigger(
+            host_id=self.host_id, workdir=self.host.workdir, rundir=self.rundir(context), marker=self.marker,
+            timeout_s=self.benchmark_timeout, check_interval=self.poke_interval,
+        )  # fmt: skip
+        self.defer(
+            trigger=trigger,
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.benchmark_timeout + trigger.unreachable_grace_s + 300),
+        )
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        self.log.info("wait ended: %s after %s checks and %s log lines", event["status"], event.get("checks"),
+                      event.get("lines"))  # fmt: skip
+        if event["status"] != "done":
+            raise AirflowFailException(event["message"])
+        return event
 
     def poke(self, context: Any) -> bool:
         paths = self.job(context)
         status = remote.parse_status(self.host.check(remote.status_command(paths, self.marker), 60, "status").stdout)
+        self._checks += 1
         elapsed = "?" if status.elapsed_s is None else f"{status.elapsed_s}s"
-        self.log.info("progress [%s, pid %s]: %s", elapsed, status.pid, status.last_line or "(log empty)")
+        self.log.info("progress [check %d, %s, pid %s]: %s", self._checks, elapsed, status.pid, status.last_line)
         if status.marker:
             return True
         if not status.started:
@@ -214,8 +241,8 @@ class DoneMarkerSensor(HostOperator, BaseSensorOperator):
         if status.exit_code is not None or not status.alive:
             how = f"exited with code {status.exit_code}" if status.exit_code is not None else "died"
             raise AirflowFailException(
-                f"benchmark {how} without writing {self.marker!r}; last {LOG_TAIL_LINES} log lines:\n"
-                + self.log_tail(context)
+                f"benchmark {how} without writing {self.marker!r} (check {self._checks}); "
+                f"last {LOG_TAIL_LINES} log lines:\n" + self.log_tail(context)
             )
         if status.elapsed_s is not None and status.elapsed_s > self.benchmark_timeout:
             tail = self.log_tail(context)

@@ -1,0 +1,116 @@
+"""A second "machine" on this one: a real OpenSSH server on a loopback port.
+
+It has its own generated host key (pinned in the Airflow connection it describes), accepts one
+generated client key and no passwords, and keeps runs in its own workdir. Used by the tests and by
+the benchmarks under bench/.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class LoopbackSSHD:
+    def __init__(self, root: Path, port: int | None = None):
+        self.root = Path(root)
+        self.port = port or free_port()
+        self.workdir = self.root / "remote-workdir"
+        self.host_key = self.root / "ssh_host_ed25519_key"
+        self.client_key = self.root / "client_ed25519_key"
+        self.config = self.root / "sshd_config"
+        self.log = self.root / "sshd.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._setup()
+
+    def _setup(self) -> None:
+        if not Path(SSHD).exists():
+            raise RuntimeError(f"{SSHD} not found: `make test` installs openssh-server (apt-get)")
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.workdir.mkdir(exist_ok=True)
+        Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege-separation directory
+        for key in (self.host_key, self.client_key):
+            if not key.exists():
+                subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+        (self.root / "authorized_keys").write_text(self.client_key.with_suffix(".pub").read_text())
+        self.config.write_text(
+            f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {self.host_key}\nPidFile {self.root}/sshd.pid\n"
+            f"AuthorizedKeysFile {self.root}/authorized_keys\nPasswordAuthentication no\n"
+            "KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nPermitRootLogin prohibit-password\n"
+            "UsePAM no\nStrictModes no\nLogLevel VERBOSE\nMaxStartups 200\nMaxSessions 200\n"
+            "Subsystem sftp internal-sftp\n"
+        )
+
+    @property
+    def public_host_key(self) -> str:
+        """``ssh-ed25519 AAAA…``: what a connection pins."""
+        return " ".join(self.host_key.with_suffix(".pub").read_text().split()[:2])
+
+    def start(self) -> LoopbackSSHD:
+        log = self.log.open("ab")
+        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.config)], stdout=log, stderr=log)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sshd exited: {self.log.read_text()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("sshd did not start listening")
+
+    def stop(self) -> None:
+        """Stop the server and every session it holds open (as a reboot or a network cut would)."""
+        if self.proc is None:
+            return
+        try:
+            sessions = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            sessions = []
+        self.proc.terminate()
+        for session in sessions:
+            try:
+                if session.name().startswith("sshd"):
+                    session.kill()
+            except psutil.NoSuchProcess:
+                pass
+        self.proc.wait(10)
+        self.proc = None
+
+    def connections_accepted(self) -> int:
+        """Logins since the log began: sshd logs one 'Accepted publickey' per SSH connection."""
+        return self.log.read_text(errors="replace").count("Accepted publickey") if self.log.exists() else 0
+
+    def connection(self, python: str = sys.executable, host_key: str | None = None) -> dict[str, object]:
+        """An Airflow connection to this server (JSON form of AIRFLOW_CONN_<ID>)."""
+        return {
+            "conn_type": "ssh",
+            "host": "127.0.0.1",
+            "port": self.port,
+            "login": "root",
+            "extra": {
+                "key_file": str(self.client_key),
+                "host_key": host_key or self.public_host_key,
+                "workdir": str(self.workdir),
+                "python": python,
+            },
+        }
+
+    def connection_env(self, conn_id: str, **kwargs: object) -> tuple[str, str]:
+        return f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(self.connection(**kwargs))  # type: ignore[arg-type]
