@@ -11,6 +11,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import psutil
 import psycopg2
 import pytest
 
@@ -64,3 +65,28 @@ def airflow_db() -> None:
 @pytest.fixture
 def var_dir() -> Path:
     return VAR
+
+
+@pytest.fixture(scope="session")
+def sshd():
+    """A real sshd on a loopback port, and the Airflow connection ``gpu_loopback`` that pins its key."""
+    from tests.sshd import LoopbackSSHD
+
+    server = LoopbackSSHD(VAR / "sshd").start()
+    name, value = server.connection_env("gpu_loopback")
+    os.environ[name] = value
+    yield server
+    os.environ.pop(name, None)
+    server.stop()
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """Processes of a process group that are not zombies (``kill -0`` would count those too)."""
+    members = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(proc.info["pid"]) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(proc.info["pid"])
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue
+    return members

@@ -199,8 +199,12 @@ class SSHHost(Host):
         return self._sftp
 
     def run(self, command: str, timeout: float) -> CommandResult:
+        import shlex
+
         import paramiko
 
+        # Start in the workdir, as LocalHost does, so service commands behave the same on both.
+        command = f"cd {shlex.quote(self.workdir)} 2>/dev/null; {command}"
         try:
             rc, out, err = self.hook.exec_ssh_client_command(self._connect(), command, False, None, timeout)
         except paramiko.SSHException as exc:

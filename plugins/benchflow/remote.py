@@ -83,11 +83,23 @@ def status_command(paths: RemoteJobPaths, marker: str) -> str:
         f"log={q(paths.log_file)}; ec={q(paths.exit_code_file)}; pidf={q(paths.pid_file)}; "
         f"st={q(started_file(paths))}\n"
         'code=$(cat "$ec" 2>/dev/null || true); p=$(cat "$pidf" 2>/dev/null || true); alive=0\n'
-        'if [ "$p" -gt 1 ] 2>/dev/null && kill -0 -- "-$p" 2>/dev/null; then alive=1; fi\n'
+        f"if {group_alive('$p')}; then alive=1; fi\n"
         f"if grep -qxF -- {q(marker)} \"$log\" 2>/dev/null; then marker=1; else marker=0; fi\n"
         's=$(cat "$st" 2>/dev/null || true); elapsed=; [ -n "$s" ] && elapsed=$(( $(date +%s) - s ))\n'
         'printf "marker=%s exit=%s alive=%s pid=%s elapsed=%s\\n" "$marker" "$code" "$alive" "$p" "$elapsed"\n'
         'tail -n 1 "$log" 2>/dev/null || true\n'
+    )
+
+
+def group_alive(pgid: str) -> str:
+    """Shell test: does process group ``pgid`` hold a process that is not a zombie?
+
+    ``kill -0`` counts zombies as alive, and a killed job's processes can stay zombies for a while
+    when their (re)parent is slow to reap them.
+    """
+    return (
+        f'[ "{pgid}" -gt 1 ] 2>/dev/null && ps -e -o pgid= -o stat= 2>/dev/null'
+        f" | awk -v p=\"{pgid}\" '$1 == p && $2 !~ /^Z/ {{found = 1}} END {{exit !found}}'"
     )
 
 
@@ -139,7 +151,7 @@ def kill_command(paths: RemoteJobPaths, grace_s: float = 5.0) -> str:
         build_posix_kill_command(paths.pid_file)
         + f'\np="$(cat {pidf} 2>/dev/null || true)"\n'
         'if [ "$p" -gt 1 ] 2>/dev/null; then\n'
-        f'  for _ in $(seq {steps}); do kill -0 -- "-$p" 2>/dev/null || break; sleep 0.1; done\n'
+        f'  for _ in $(seq {steps}); do {group_alive("$p")} || break; sleep 0.1; done\n'
         '  kill -KILL -- "-$p" 2>/dev/null || true\n'
         "fi\ntrue\n"
     )

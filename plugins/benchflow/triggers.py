@@ -228,6 +228,7 @@ class DoneMarkerTrigger(BaseTrigger):
                         line = ""
                     else:
                         if line is None:  # the job ended, or the connection did: a check tells which
+                            self.log.info("log stream ended after %d lines; checking now", self.lines_seen)
                             next_check = time.monotonic()
                             continue
                         self.lines_seen += 1

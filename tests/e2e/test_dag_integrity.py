@@ -8,8 +8,8 @@ import sys
 import textwrap
 
 import pytest
-from benchflow.spec import load_all
 
+from benchflow.spec import load_all
 from tests.conftest import PROJECT_ROOT
 
 pytestmark = pytest.mark.e2e

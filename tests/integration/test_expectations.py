@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from benchflow.expectations import KERNEL_SUITE, validate_rows
 
 pytestmark = pytest.mark.integration

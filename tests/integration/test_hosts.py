@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from benchflow.hosts import HostError, LocalHost, get_host
 from benchflow.manifest import MANIFEST_NAME, build_manifest, parse_manifest
 
@@ -55,5 +56,5 @@ def test_check_raises_with_host_and_output(tmp_path):
 
 
 def test_unknown_host_is_refused_clearly():
-    with pytest.raises(HostError, match="SSH hosts are not available yet"):
-        get_host("gpu_loopback")
+    with pytest.raises(HostError, match="'no_such_host': no Airflow connection with that id"):
+        get_host("no_such_host")

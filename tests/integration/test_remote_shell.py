@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
+
 from benchflow import remote
 from benchflow.hosts import LocalHost
+from tests.conftest import live_group_members
 
 pytestmark = pytest.mark.integration
 
@@ -22,11 +23,7 @@ def wait_for(predicate, timeout=20.0):
 
 
 def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    return bool(live_group_members(pgid))
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+
 from benchflow.warehouse import RunRecord, Warehouse
 
 pytestmark = pytest.mark.integration

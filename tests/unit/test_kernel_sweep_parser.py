@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import pytest
-from benchflow.parsers import ParseError, parse_text
 
+from benchflow.parsers import ParseError, parse_text
 from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.unit

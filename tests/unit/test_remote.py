@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from benchflow import remote
 
 pytestmark = pytest.mark.unit
@@ -48,7 +49,7 @@ def test_status_output_garbage_is_an_error():
 
 def test_status_checks_liveness_before_the_marker():
     command = remote.status_command(remote.job_paths("/w/d/r"), "ALL_DONE")
-    assert command.index("kill -0") < command.index("grep -qxF")
+    assert command.index("ps -e -o pgid=") < command.index("grep -qxF")
 
 
 def test_preflight_facts_join_one_line_per_gpu():

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from benchflow.paths import CAMPAIGNS_DIR
 from benchflow.spec import SpecError, load_all, load_spec
 

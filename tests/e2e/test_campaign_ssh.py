@@ -1,0 +1,238 @@
+"""Campaigns over real SSH (sshd on loopback, host key pinned), and the faults a GPU host has.
+
+Nothing may be lost: an outage of the SSH server mid-wait, a killed benchmark, a hung one, a
+restarted triggerer. The wait runs deferred, as in production (``dag.test`` runs the trigger inline).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from benchflow import remote
+from benchflow.warehouse import Warehouse
+from tests.conftest import FIXTURES, PROJECT_ROOT, live_group_members
+
+pytestmark = pytest.mark.e2e
+
+
+def fault_spec(args: dict, benchmark_timeout: int = 120, workdir: Path | None = None) -> str:
+    return textwrap.dedent(
+        f"""\
+        description: e2e over ssh
+        host: gpu_loopback
+        payload: fault
+        services:
+          - name: gpu_holder
+            stop: "echo stopped >> services.log"
+            start: "echo started >> services.log"
+        benchmark:
+          script: bench_fault.py
+          args: {json.dumps(args)}
+        timeouts:
+          benchmark: {benchmark_timeout}
+          poke_interval: 1
+        """
+    )
+
+
+CAMPAIGNS = {
+    "ssh_outage": fault_spec({"mode": "ok", "rows": 6, "delay": 4}),
+    "ssh_killed": fault_spec({"mode": "ok", "rows": 30, "delay": 0.5}),
+    "ssh_hang": fault_spec({"mode": "hang", "rows": 2}, benchmark_timeout=4),
+}
+
+
+@pytest.fixture(scope="module")
+def bag(tmp_path_factory, airflow_db, sshd):
+    root = tmp_path_factory.mktemp("ssh-campaigns")
+    (root / "specs").mkdir()
+    shutil.copy(PROJECT_ROOT / "include" / "campaigns" / "moe_kernel_ssh.yaml", root / "specs")
+    for name, text in CAMPAIGNS.items():
+        (root / "specs" / f"{name}.yaml").write_text(text)
+    shutil.copytree(PROJECT_ROOT / "kernels" / "moe", root / "kernels" / "moe")
+    shutil.copytree(FIXTURES / "payloads" / "fault", root / "kernels" / "fault")
+    saved = {k: os.environ.get(k) for k in ("BENCH_CAMPAIGNS_DIR", "BENCH_KERNELS_DIR")}
+    os.environ["BENCH_CAMPAIGNS_DIR"] = str(root / "specs")
+    os.environ["BENCH_KERNELS_DIR"] = str(root / "kernels")
+    from airflow.dag_processing.dagbag import DagBag
+
+    dagbag = DagBag(dag_folder=str(PROJECT_ROOT / "dags" / "campaigns.py"))
+    assert dagbag.import_errors == {}
+    yield dagbag
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def run(bag, name):
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    dag_run = bag.get_dag(f"bench_{name}").test()
+    with create_session() as session:
+        tis = session.query(TaskInstance).filter_by(dag_id=f"bench_{name}", run_id=dag_run.run_id).all()
+        return dag_run.run_id, str(dag_run.state), {ti.task_id: str(ti.state) for ti in tis}
+
+
+def when_rows(sshd, name: str, rows: int, action, timeout: float = 120):
+    """In the background: once the running benchmark has written ``rows`` rows, call ``action(job dir)``."""
+
+    def watch():
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for results in (sshd.workdir / f"bench_{name}").glob("*/results.jsonl"):
+                if len(results.read_text().splitlines()) >= rows:
+                    action(results.parent / "bench")
+                    return
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def rows_of(run_id):
+    return Warehouse().query("SELECT m FROM kernel_results WHERE run_id = ? ORDER BY m", [run_id])["m"].tolist()
+
+
+def status_of(run_id):
+    return Warehouse().query("SELECT status FROM runs WHERE run_id = ?", [run_id])["status"].tolist()
+
+
+def services_log(sshd) -> list[str]:
+    path = sshd.workdir / "services.log"
+    lines = path.read_text().split() if path.exists() else []
+    path.unlink(missing_ok=True)
+    return lines
+
+
+def test_demo_campaign_over_ssh_end_to_end(bag, sshd, var_dir):
+    before = sshd.connections_accepted()
+    run_id, state, tasks = run(bag, "moe_kernel_ssh")
+    assert state == "success", tasks
+    assert rows_of(run_id) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert status_of(run_id) == ["ok"]
+    # Artifacts came back over SFTP into the local artifacts directory, keyed by dag_id/run_id.
+    artifacts = var_dir / "artifacts" / "bench_moe_kernel_ssh" / remote.run_key(run_id)
+    assert (artifacts / "results.jsonl").exists() and "ALL_DONE" in (artifacts / "bench.log").read_text()
+    # One connection for each task that touches the host (preflight, deploy, launch, stop_benchmark, fetch;
+    # this spec has no services) and one for the whole deferred wait.
+    assert sshd.connections_accepted() - before == 6
+
+
+def test_sshd_outage_mid_wait_reconnects_and_loses_nothing(bag, sshd, capfd):
+    def outage(_job):
+        sshd.stop()
+        time.sleep(15)
+        sshd.start()
+
+    watcher = when_rows(sshd, "ssh_outage", 1, outage)
+    run_id, state, tasks = run(bag, "ssh_outage")
+    watcher.join(timeout=60)
+    log = "".join(capfd.readouterr())
+    assert "connection to gpu_loopback lost" in log and "reconnected to gpu_loopback" in log
+    assert state == "success", tasks
+    assert rows_of(run_id) == [1, 2, 4, 8, 16, 32]
+    assert status_of(run_id) == ["ok"]
+    assert services_log(sshd) == ["stopped", "started"]
+
+
+def test_killed_benchmark_fails_within_one_check_and_keeps_its_rows(bag, sshd, capfd):
+    killed = {}
+
+    def kill(job: Path):
+        killed["pgid"] = int((job / "pid").read_text())
+        os.killpg(killed["pgid"], signal.SIGKILL)
+        killed["at"] = datetime.now(UTC)
+
+    watcher = when_rows(sshd, "ssh_killed", 3, kill)
+    run_id, state, tasks = run(bag, "ssh_killed")
+    watcher.join(timeout=10)
+    log = "".join(capfd.readouterr())
+    assert killed and state == "failed" and tasks["wait_done"] == "failed"
+    assert "benchmark died without writing 'ALL_DONE'" in log
+    # The first check logged after the kill is the one that fails the wait.
+    after_kill = [
+        line for line in log.splitlines()
+        if "progress [check" in line and datetime.fromisoformat(line.split()[0]) > killed["at"]
+    ]  # fmt: skip
+    number = int(after_kill[0].split("progress [check ")[1].split(",")[0])
+    assert f"benchmark died without writing 'ALL_DONE' (check {number})" in log
+    loaded = rows_of(run_id)
+    assert len(loaded) >= 3 and loaded[:3] == [1, 2, 4]
+    assert status_of(run_id) == ["incomplete"]
+    assert tasks["restore_services"] == "success" and services_log(sshd) == ["stopped", "started"]
+
+
+def test_hung_benchmark_is_killed_at_timeout_with_its_group(bag, sshd, capfd):
+    run_id, state, _ = run(bag, "ssh_hang")
+    log = "".join(capfd.readouterr())
+    assert state == "failed" and "ran past its timeout of 4 s; its process group was killed" in log
+    job = Path(remote.run_dir(str(sshd.workdir), "bench_ssh_hang", run_id)) / "bench"
+    assert live_group_members(int((job / "pid").read_text())) == []
+    assert rows_of(run_id) == [1, 2] and status_of(run_id) == ["incomplete"]
+    assert services_log(sshd) == ["stopped", "started"]
+
+
+TRIGGER_PROCESS = """
+import asyncio, json, sys
+from benchflow.triggers import DoneMarkerTrigger
+trigger = DoneMarkerTrigger(**json.loads(sys.argv[1]))
+async def main():
+    async for event in trigger.run():
+        print(json.dumps(event.payload), flush=True)
+        return
+asyncio.run(main())
+"""
+
+
+def test_restarted_triggerer_resumes_the_wait_and_launch_reattaches(sshd, tmp_path, airflow_db):
+    """A triggerer killed mid-wait: a new one, from the serialized trigger, finishes the same wait."""
+    from benchflow.operators import DeployPayloadOperator, LaunchBenchmarkOperator
+
+    os.environ["BENCH_KERNELS_DIR"] = str(FIXTURES / "payloads")
+    try:
+        context = {"dag": SimpleNamespace(dag_id="bench_restart"), "run_id": f"manual__{time.time()}"}
+        DeployPayloadOperator(task_id="deploy", host_id="gpu_loopback", payload="fault").execute(context)
+        launch = LaunchBenchmarkOperator(
+            task_id="launch", host_id="gpu_loopback", script="bench_fault.py", args={"rows": 8, "delay": 0.75},
+            output="results.jsonl", marker="ALL_DONE",
+        )  # fmt: skip
+        first = launch.execute(context)
+        rundir = launch.rundir(context)
+        trigger_kwargs = {"host_id": "gpu_loopback", "workdir": str(sshd.workdir), "rundir": rundir,
+                          "marker": "ALL_DONE", "timeout_s": 120, "check_interval": 1}  # fmt: skip
+        command = [sys.executable, "-c", TRIGGER_PROCESS, json.dumps(trigger_kwargs)]
+        doomed = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        time.sleep(2)
+        doomed.kill()  # the triggerer dies mid-wait
+        doomed.wait()
+        assert doomed.stdout is not None
+        assert not any(line.startswith("{") for line in doomed.stdout.read().splitlines())  # no event fired
+
+        again = launch.execute(context)  # a cleared/retried launch attaches to the same process
+        assert again == {"pid": first["pid"], "attached": True}
+
+        resumed = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        event = json.loads([line for line in resumed.stdout.splitlines() if line.startswith("{")][-1])
+        assert event["status"] == "done", resumed.stderr[-2000:]
+        log = (Path(rundir) / "bench" / "stdout.log").read_text()
+        assert log.count("GPU: none (fault payload)") == 1  # launched once
+        assert len((Path(rundir) / "results.jsonl").read_text().splitlines()) == 8
+    finally:
+        os.environ.pop("BENCH_KERNELS_DIR", None)
