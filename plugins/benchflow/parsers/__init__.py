@@ -1,13 +1,13 @@
 """Parsers: pure functions from a benchmark's text output to tidy rows. No I/O.
 
-Each format module exposes ``FORMAT`` (its name), ``detect(text) -> bool`` and
-``parse(text) -> ParsedRun``. :func:`parse_text` picks the format when none is named.
+Each format has a name, a ``detect(text) -> bool`` and a ``parse(text, marker) -> ParsedRun``;
+:func:`parse_text` picks the format when none is named.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 
@@ -37,10 +37,18 @@ class ParsedRun:
         return pd.DataFrame.from_records(self.rows)
 
 
-def _formats() -> dict[str, ModuleType]:
-    from benchflow.parsers import kernel_sweep
+Format = tuple[Callable[[str], bool], Callable[..., ParsedRun]]
 
-    return {kernel_sweep.FORMAT: kernel_sweep}
+
+def _formats() -> dict[str, Format]:
+    from benchflow.parsers import kernel_sweep, serving
+
+    return {
+        kernel_sweep.FORMAT: (kernel_sweep.detect, kernel_sweep.parse),
+        serving.FORMAT_LOG: (serving.detect_log, serving.parse_log),
+        serving.FORMAT_SGLANG_JSONL: (serving.detect_sglang_jsonl, serving.parse_sglang_jsonl),
+        serving.FORMAT_VLLM_JSON: (serving.detect_vllm_json, serving.parse_vllm_json),
+    }
 
 
 def format_names() -> list[str]:
@@ -50,11 +58,10 @@ def format_names() -> list[str]:
 def parse_text(text: str, fmt: str | None = None, marker: str = "ALL_DONE") -> ParsedRun:
     formats = _formats()
     if fmt is None:
-        found = [name for name, module in formats.items() if module.detect(text)]
+        found = [name for name, (detect, _) in formats.items() if detect(text)]
         if not found:
             raise ParseError(f"unknown format (known: {', '.join(sorted(formats))})")
         fmt = found[0]
     if fmt not in formats:
         raise ParseError(f"unknown format {fmt!r} (known: {', '.join(sorted(formats))})")
-    parsed: ParsedRun = formats[fmt].parse(text, marker=marker)
-    return parsed
+    return formats[fmt][1](text, marker=marker)
