@@ -8,11 +8,14 @@ readable GX expectation with its own result.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 KERNEL_SUITE = "kernel_sweep"
+SERVING_SUITE = "serving"
 RELATIVE_TOLERANCE = 0.02
+LATENCIES = ("ttft", "tpot", "itl", "e2e")
 
 
 @dataclass
@@ -43,7 +46,7 @@ def _kernel_frame(rows: list[dict[str, Any]]) -> Any:
     return frame
 
 
-def _kernel_expectations() -> list[Any]:
+def _kernel_expectations(**_: Any) -> list[Any]:
     import great_expectations as gx
 
     e = gx.expectations
@@ -59,11 +62,59 @@ def _kernel_expectations() -> list[Any]:
     return checks
 
 
-SUITES = {KERNEL_SUITE: (_kernel_frame, _kernel_expectations)}
+def _serving_frame(rows: list[dict[str, Any]]) -> Any:
+    import pandas as pd
+
+    from benchflow.parsers.serving import COLUMNS
+
+    frame = pd.DataFrame.from_records(rows, columns=list(COLUMNS)).astype({"config": "object"})
+    numeric = [c for c in COLUMNS if c != "config"]
+    frame[numeric] = frame[numeric].apply(pd.to_numeric, errors="coerce").astype("float64")
+    frame["unaccounted_prompts"] = frame["num_prompts"] - frame["completed"] - frame["failed"]
+    frame["e2e_minus_ttft_ms"] = frame["mean_e2e_ms"] - frame["mean_ttft_ms"]
+    for metric in LATENCIES:
+        frame[f"p99_minus_median_{metric}_ms"] = frame[f"p99_{metric}_ms"] - frame[f"median_{metric}_ms"]
+    expected = frame["total_output_tokens"] / frame["duration_s"]
+    frame["output_throughput_rel_err"] = (frame["output_throughput"] - expected).abs() / expected
+    return frame
 
 
-def validate_rows(kind: str, rows: list[dict[str, Any]]) -> ValidationOutcome:
-    """Run the suite for ``kind`` over ``rows``; never raises on failed expectations."""
+def _serving_expectations(swept: list[int] | None = None) -> list[Any]:
+    import great_expectations as gx
+
+    e = gx.expectations
+    checks: list[Any] = [
+        e.ExpectColumnValuesToNotBeNull(column=c) for c in ("config", "concurrency", "num_prompts", "completed")
+    ]
+    checks += [
+        e.ExpectCompoundColumnsToBeUnique(column_list=["config", "concurrency"]),
+        e.ExpectColumnValuesToBeBetween(column="completed", min_value=1),
+        e.ExpectColumnValuesToBeBetween(column="unaccounted_prompts", min_value=0, max_value=0),
+        e.ExpectColumnValuesToBeBetween(column="e2e_minus_ttft_ms", min_value=0),
+        e.ExpectColumnValuesToBeBetween(column="output_throughput_rel_err", min_value=0, max_value=RELATIVE_TOLERANCE),
+    ]
+    checks += [e.ExpectColumnValuesToBeBetween(column=f"mean_{m}_ms", min_value=0) for m in LATENCIES]
+    checks += [e.ExpectColumnValuesToBeBetween(column=f"p99_minus_median_{m}_ms", min_value=0) for m in LATENCIES]
+    checks += [
+        e.ExpectColumnValuesToBeBetween(column=c, min_value=0, strict_min=True)
+        for c in ("request_throughput", "output_throughput", "duration_s")
+    ]
+    if swept:
+        checks.append(e.ExpectColumnValuesToBeInSet(column="concurrency", value_set=[float(c) for c in swept]))
+    return checks
+
+
+SUITES: dict[str, tuple[Callable[..., Any], Callable[..., list[Any]]]] = {
+    KERNEL_SUITE: (_kernel_frame, _kernel_expectations),
+    SERVING_SUITE: (_serving_frame, _serving_expectations),
+}
+
+
+def validate_rows(kind: str, rows: list[dict[str, Any]], **params: Any) -> ValidationOutcome:
+    """Run the suite for ``kind`` over ``rows``; never raises on failed expectations.
+
+    ``params`` reach the suite (the serving suite takes ``swept``, the concurrency levels swept).
+    """
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
 
@@ -72,7 +123,7 @@ def validate_rows(kind: str, rows: list[dict[str, Any]]) -> ValidationOutcome:
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = {"globally": False}  # type: ignore[assignment]
     batch = context.data_sources.add_pandas(kind).add_dataframe_asset(kind).add_batch_definition_whole_dataframe(kind)
-    suite = context.suites.add(gx.ExpectationSuite(name=kind, expectations=make_expectations()))
+    suite = context.suites.add(gx.ExpectationSuite(name=kind, expectations=make_expectations(**params)))
     definition = context.validation_definitions.add(gx.ValidationDefinition(name=kind, data=batch, suite=suite))
     result = definition.run(batch_parameters={"dataframe": frame}, result_format="COMPLETE")
 

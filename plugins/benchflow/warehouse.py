@@ -16,13 +16,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchflow.parsers.serving import COLUMNS as SERVING_COLUMNS
 from benchflow.paths import SQL_DIR, var_dir
 
 CONN_ID = "bench_warehouse"
 RUN_STATUSES = ("ok", "incomplete", "failed", "invalid")
 # result kind → (table, columns in load order). Identifiers here are the only ones spliced into SQL.
-RESULT_TABLES = {
+RESULT_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "kernel_sweep": ("kernel_results", ("m", "ms_per_call", "tok_per_s", "us_per_token", "note")),
+    "serving": ("serving_results", SERVING_COLUMNS),
 }
 
 

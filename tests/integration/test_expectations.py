@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchflow.expectations import KERNEL_SUITE, validate_rows
+from benchflow.expectations import KERNEL_SUITE, SERVING_SUITE, validate_rows
+from benchflow.parsers import parse_text
+from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.integration
 
@@ -45,3 +47,43 @@ def test_nulls_and_non_positive_m_fail():
     assert not outcome.success
     assert any("not_be_null(ms_per_call" in f for f in outcome.failed)
     assert any("be_between(m, min_value=1" in f for f in outcome.failed)
+
+
+SGLANG = (FIXTURES / "sglang_bench_serving_sgl-cookbook_DeepSeek-R1.txt").read_text()
+
+
+def serving_rows():
+    """Three phases of a sweep, from the real SGLang sample, as the sweep driver labels them."""
+    rows = []
+    for concurrency, prompts in ((1, 10), (8, 10), (16, 10)):
+        row = dict(parse_text(SGLANG).rows[0], config="PD", concurrency=concurrency, num_prompts=prompts, failed=0)
+        rows.append(row)
+    return rows
+
+
+def test_serving_sweep_passes():
+    outcome = validate_rows(SERVING_SUITE, serving_rows(), swept=[1, 8, 16])
+    assert outcome.success, outcome.summary()
+
+
+@pytest.mark.parametrize(
+    ("what", "change", "rule"),
+    [
+        ("prompts unaccounted", {"failed": 3}, "unaccounted_prompts"),
+        ("nothing completed", {"completed": 0, "num_prompts": 0}, "be_between(completed, min_value=1"),
+        ("TTFT above E2E", {"mean_ttft_ms": 5000.0}, "e2e_minus_ttft_ms"),
+        ("p99 below median", {"p99_itl_ms": 1.0}, "p99_minus_median_itl_ms"),
+        ("negative mean", {"mean_tpot_ms": -1.0}, "be_between(mean_tpot_ms"),
+        ("throughput inconsistent", {"output_throughput": 150.0}, "output_throughput_rel_err"),
+        ("zero throughput", {"request_throughput": 0.0}, "be_between(request_throughput"),
+        ("concurrency not swept", {"concurrency": 4}, "be_in_set(concurrency"),
+        ("duplicate phase", {"concurrency": 1}, "compound_columns_to_be_unique"),
+    ],
+)
+def test_serving_rules_fail_readably(what, change, rule):
+    rows = serving_rows()
+    rows[1].update(change)
+    outcome = validate_rows(SERVING_SUITE, rows, swept=[1, 8, 16])
+    assert not outcome.success, what
+    assert any(rule in failure for failure in outcome.failed), outcome.failed
+    assert 1 in outcome.row_reasons

@@ -64,9 +64,25 @@ def test_quarantine_keeps_rows_out_of_results_with_reasons(warehouse):
 def test_migrations_are_recorded_once(warehouse):
     warehouse.query("SELECT 1")
     warehouse.query("SELECT 1")
-    assert warehouse.query("SELECT version FROM schema_migrations")["version"].tolist() == [1]
+    assert warehouse.query("SELECT version FROM schema_migrations ORDER BY version")["version"].tolist() == [1, 2]
 
 
 def test_unknown_status_is_refused():
     with pytest.raises(ValueError, match="run status 'great'"):
         record(status="great")
+
+
+def test_serving_rows_load_with_infinities_and_nulls(warehouse):
+    from benchflow.parsers import parse_text
+    from tests.conftest import FIXTURES
+
+    row = parse_text((FIXTURES / "sglang_bench_serving_sgl-cookbook_DeepSeek-R1.txt").read_text()).rows[0]
+    rows = [dict(row, config="TP4", concurrency=1), dict(row, config="TP4", concurrency=8, p99_ttft_ms=float("inf"))]
+    assert warehouse.load(record(), "serving", rows) == 2
+    assert warehouse.load(record(), "serving", rows) == 2
+    loaded = warehouse.query("SELECT config, concurrency, output_throughput, p99_ttft_ms, p90_ttft_ms "
+                             "FROM serving_results ORDER BY concurrency").to_dict("records")  # fmt: skip
+    assert [(r["config"], r["concurrency"], r["output_throughput"]) for r in loaded] == [("TP4", 1, 105.24),
+                                                                                          ("TP4", 8, 105.24)]  # fmt: skip
+    assert loaded[1]["p99_ttft_ms"] == float("inf")
+    assert loaded[0]["p90_ttft_ms"] != loaded[0]["p90_ttft_ms"]  # not reported by the tool: NULL, read as NaN
