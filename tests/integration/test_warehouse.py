@@ -82,7 +82,7 @@ def test_serving_rows_load_with_infinities_and_nulls(warehouse):
     assert warehouse.load(record(), "serving", rows) == 2
     loaded = warehouse.query("SELECT config, concurrency, output_throughput, p99_ttft_ms, p90_ttft_ms "
                              "FROM serving_results ORDER BY concurrency").to_dict("records")  # fmt: skip
-    assert [(r["config"], r["concurrency"], r["output_throughput"]) for r in loaded] == [("TP4", 1, 105.24),
-                                                                                          ("TP4", 8, 105.24)]  # fmt: skip
+    got = [(r["config"], r["concurrency"], r["output_throughput"]) for r in loaded]
+    assert got == [("TP4", 1, 105.24), ("TP4", 8, 105.24)]
     assert loaded[1]["p99_ttft_ms"] == float("inf")
     assert loaded[0]["p90_ttft_ms"] != loaded[0]["p90_ttft_ms"]  # not reported by the tool: NULL, read as NaN
