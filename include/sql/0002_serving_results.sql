@@ -7,6 +7,8 @@ CREATE TABLE IF NOT EXISTS serving_results (
     config                    TEXT NOT NULL,
     concurrency               INTEGER NOT NULL,
     num_prompts               INTEGER,
+    input_len                 INTEGER,
+    output_len                INTEGER,
     completed                 INTEGER,
     failed                    INTEGER,
     duration_s                DOUBLE PRECISION,

@@ -99,11 +99,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from benchflow.warehouse import Warehouse
 
     warehouse = Warehouse()
-    rows = warehouse.query(
-        "SELECT r.m AS M, r.ms_per_call, r.tok_per_s, r.us_per_token, r.note FROM kernel_results r "
-        "WHERE r.dag_id = ? AND r.run_id = ? ORDER BY r.m",
-        [spec.dag_id, dag_run.run_id],
-    )
+    shown = {
+        "kernel": "SELECT m AS M, ms_per_call, tok_per_s, us_per_token, note FROM kernel_results",
+        "serving": "SELECT config, concurrency, num_prompts, completed, round(output_throughput, 1) AS out_tok_s, "
+        "round(mean_ttft_ms, 2) AS ttft_ms, round(mean_tpot_ms, 2) AS tpot_ms, round(mean_itl_ms, 2) AS itl_ms, "
+        "round(mean_e2e_ms, 1) AS e2e_ms FROM serving_results",
+    }[spec.kind]
+    order = "m" if spec.kind == "kernel" else "config, concurrency"
+    rows = warehouse.query(f"{shown} WHERE dag_id = ? AND run_id = ? ORDER BY {order}", [spec.dag_id, dag_run.run_id])
     run = warehouse.query("SELECT status, rows_loaded, detail FROM runs WHERE dag_id = ? AND run_id = ?",
                           [spec.dag_id, dag_run.run_id])  # fmt: skip
     print(f"\n{spec.dag_id} run {dag_run.run_id}: {state.split('.')[-1].lower()}")

@@ -4,6 +4,10 @@
         → stop_benchmark (teardown of launch) → restore_services (teardown of stop_services)
         → fetch_artifacts (runs whatever happened) → parse → validate → load → verdict
 
+A serving campaign runs one task group per config in turn, in place of the launch … stop_benchmark
+chain: launch_servers → servers_ready → launch_benchmark → wait_done → stop_benchmark → stop_servers
+(the stops are teardowns, so servers go down whatever happened, and the next config still runs).
+
 ``fetch_artifacts`` runs even when the benchmark failed, so rows of completed phases are always
 loaded; ``verdict`` then fails the run unless the benchmark reached its done marker and its rows
 passed validation.
@@ -16,7 +20,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Asset, TriggerRule, task
+from airflow.sdk import DAG, Asset, BaseOperator, TaskGroup, TriggerRule, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from benchflow.operators import (
@@ -24,10 +28,14 @@ from benchflow.operators import (
     DoneMarkerSensor,
     FetchArtifactsOperator,
     LaunchBenchmarkOperator,
+    LaunchServersOperator,
     PreflightOperator,
+    ServersReadySensor,
     ServicesOperator,
     StopBenchmarkOperator,
+    StopServersOperator,
 )
+from benchflow.results import RESULT_KIND
 from benchflow.spec import CampaignSpec
 
 START_DATE = datetime(2026, 1, 1)
@@ -86,31 +94,76 @@ def build_dag(spec: CampaignSpec) -> DAG:
             execution_timeout=_seconds(timeouts.services), **on_host,
         )  # fmt: skip
         deploy = DeployPayloadOperator(
-            task_id="deploy_payload", payload=spec.payload, execution_timeout=_seconds(timeouts.deploy), **on_host
-        )
-        launch = LaunchBenchmarkOperator(
-            task_id="launch_benchmark", script=bench.script, args=dict(bench.args), output=bench.output,
-            marker=bench.marker, execution_timeout=_seconds(120), **on_host,
+            task_id="deploy_payload", payload=spec.payload, requires=spec.requires,
+            execution_timeout=_seconds(timeouts.deploy), **on_host,
         )  # fmt: skip
-        wait = DoneMarkerSensor(
-            task_id="wait_done", marker=bench.marker, benchmark_timeout=timeouts.benchmark,
-            poke_interval=timeouts.poke_interval, retries=0, **on_host,
-        )  # fmt: skip
-        stop_bench = StopBenchmarkOperator(task_id="stop_benchmark", execution_timeout=_seconds(120), **on_host)
+
+        def benchmark_chain(job: str, args: dict[str, Any]) -> tuple[BaseOperator, BaseOperator]:
+            launch = LaunchBenchmarkOperator(
+                task_id="launch_benchmark", script=bench.script, args=args, output=bench.output,
+                marker=bench.marker, job=job, execution_timeout=_seconds(120), **on_host,
+            )  # fmt: skip
+            wait = DoneMarkerSensor(
+                task_id="wait_done", marker=bench.marker, benchmark_timeout=timeouts.benchmark, job=job,
+                poke_interval=timeouts.poke_interval, retries=0, **on_host,
+            )  # fmt: skip
+            stop_bench = StopBenchmarkOperator(
+                task_id="stop_benchmark", job=job, execution_timeout=_seconds(120), **on_host
+            )
+            launch >> wait >> stop_bench
+            stop_bench.as_teardown(setups=launch)
+            return launch, stop_bench
+
+        jobs: list[str] = []
+        if spec.kind == "kernel":
+            jobs.append("bench")
+            first, last = benchmark_chain("bench", dict(bench.args))
+            deploy >> first
+        else:
+            last = deploy
+            for config in spec.configs:
+                members = [
+                    {**server.model_dump(), "visible_devices": server.visible_devices()}
+                    for server in [*config.servers, *([config.router] if config.router else [])]
+                ]
+                args = {**bench.args, "label": config.name, "base_url": f"http://127.0.0.1:{config.endpoint.port}"}
+                jobs.append(f"bench_{config.name}")
+                with TaskGroup(group_id=f"config_{config.name}"):
+                    servers_up = LaunchServersOperator(
+                        task_id="launch_servers", config=config.name, servers=members,
+                        execution_timeout=_seconds(300), **on_host,
+                    )  # fmt: skip
+                    ready = ServersReadySensor(
+                        task_id="servers_ready", config=config.name, servers=members, timeout=timeouts.server_ready,
+                        poke_interval=min(timeouts.poke_interval, 5), retries=0, **on_host,
+                    )  # fmt: skip
+                    first, stop_bench = benchmark_chain(f"bench_{config.name}", args)
+                    servers_down = StopServersOperator(
+                        task_id="stop_servers", config=config.name, servers=members,
+                        execution_timeout=_seconds(300), **on_host,
+                    )  # fmt: skip
+                    servers_up >> ready >> first
+                    stop_bench >> servers_down
+                    servers_down.as_teardown(setups=servers_up)
+                last >> servers_up
+                last = servers_down
         restore = ServicesOperator(
             task_id="restore_services", services=services, action="start",
             execution_timeout=_seconds(timeouts.services), **on_host,
         )  # fmt: skip
         fetch = FetchArtifactsOperator(
-            task_id="fetch_artifacts", output=bench.output, trigger_rule=TriggerRule.ALL_DONE,
+            task_id="fetch_artifacts", output=bench.output, jobs=jobs, trigger_rule=TriggerRule.ALL_DONE,
             execution_timeout=_seconds(timeouts.deploy), **on_host,
         )  # fmt: skip
+        kind = RESULT_KIND[bench.parser]
+        lengths: dict[str, Any] = {k: bench.args[k] for k in ("input_len", "output_len") if k in bench.args}
+        suite_params = {"swept": bench.args["concurrency"]} if kind == "serving" and "concurrency" in bench.args else {}
 
         @task
         def parse(fetched: dict[str, Any]) -> dict[str, Any]:
             from benchflow.results import parse_artifacts
 
-            summary = parse_artifacts(Path(fetched["dir"]), bench.parser, bench.marker)
+            summary = parse_artifacts(Path(fetched["dir"]), bench.parser, bench.marker, fetched["logs"], lengths)
             print(f"parsed {summary.rows} rows; status {summary.status}; {summary.detail or 'complete'}")
             return {**asdict(summary), "dir": fetched["dir"]}
 
@@ -123,11 +176,11 @@ def build_dag(spec: CampaignSpec) -> DAG:
             rows = read_rows(Path(parsed["dir"]))
             if not rows:
                 return {"success": True, "summary": "no rows to validate"}
-            outcome = validate_rows(bench.parser, rows)
+            outcome = validate_rows(kind, rows, **suite_params)
             print(outcome.summary())
             if not outcome.success:
                 record = run_record(spec, context, "invalid", outcome.summary())
-                Warehouse().quarantine(record, bench.parser, rows, outcome.row_reasons, outcome.summary())
+                Warehouse().quarantine(record, kind, rows, outcome.row_reasons, outcome.summary())
                 raise AirflowFailException(f"{outcome.summary()}\n{len(rows)} rows quarantined, none loaded")
             return {"success": True, "summary": outcome.summary()}
 
@@ -138,7 +191,7 @@ def build_dag(spec: CampaignSpec) -> DAG:
 
             warehouse = Warehouse()
             record = run_record(spec, context, parsed["status"], parsed["detail"])
-            loaded = load_rows(warehouse, record, bench.parser, Path(parsed["dir"]))
+            loaded = load_rows(warehouse, record, kind, Path(parsed["dir"]))
             print(f"loaded {loaded} rows of run {record.run_id} ({record.status}) into {warehouse.path}")
             return {"status": record.status, "rows": loaded, "detail": record.detail, "warehouse": str(warehouse.path)}
 
@@ -152,9 +205,9 @@ def build_dag(spec: CampaignSpec) -> DAG:
                     f"run is {loaded['status']}: {loaded['detail']} ({loaded['rows']} rows kept in the warehouse)"
                 )
 
-        preflight >> stop >> deploy >> launch >> wait >> stop_bench >> restore
-        stop_bench >> fetch
-        stop_bench.as_teardown(setups=launch)
+        preflight >> stop >> deploy
+        last >> restore
+        last >> fetch
         restore.as_teardown(setups=stop, on_failure_fail_dagrun=True)
         parsed = parse(fetch.output)  # type: ignore[arg-type]  # TaskFlow passes XComArgs
         loaded = load(parsed, validate(parsed))  # type: ignore[arg-type]

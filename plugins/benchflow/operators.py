@@ -28,9 +28,10 @@ class HostOperator(BaseOperator):
 
     ui_color = "#e8f0fe"
 
-    def __init__(self, *, host_id: str, **kwargs: Any):
+    def __init__(self, *, host_id: str, job: str = BENCH_JOB, **kwargs: Any):
         super().__init__(**kwargs)
         self.host_id = host_id
+        self.job_name = job
 
     @cached_property
     def host(self) -> Host:
@@ -39,8 +40,8 @@ class HostOperator(BaseOperator):
     def rundir(self, context: Any) -> str:
         return remote.run_dir(self.host.workdir, context["dag"].dag_id, context["run_id"])
 
-    def job(self, context: Any) -> Any:
-        return remote.job_paths(self.rundir(context), BENCH_JOB)
+    def job(self, context: Any, name: str | None = None) -> Any:
+        return remote.job_paths(self.rundir(context), name or self.job_name)
 
     def log_tail(self, context: Any, lines: int = LOG_TAIL_LINES) -> str:
         return self.host.run(remote.tail_command(self.job(context).log_file, lines), timeout=60).stdout
@@ -106,14 +107,20 @@ class ServicesOperator(HostOperator):
 
 
 class DeployPayloadOperator(HostOperator):
-    """Copy ``kernels/<payload>`` into ``<run dir>/payload`` with a sha256 manifest; unchanged files stay."""
+    """Copy ``kernels/<payload>`` into ``<run dir>/payload`` with a sha256 manifest; unchanged files stay.
 
-    def __init__(self, *, payload: str, **kwargs: Any):
+    Payloads it ``requires`` go inside it, as ``payload/<name>/`` (the serving target uses ``moe``).
+    """
+
+    def __init__(self, *, payload: str, requires: list[str] | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.payload = payload
+        self.requires = requires or []
 
     def execute(self, context: Any) -> dict[str, Any]:
         target = f"{self.rundir(context)}/payload"
+        for name in self.requires:
+            self.host.put_tree(kernels_dir() / name, f"{target}/{name}")
         report = self.host.put_tree(kernels_dir() / self.payload, target)
         self.log.info(
             "payload %s: %d files, %d copied, sha256 %s (manifest: %s/%s)",
@@ -150,6 +157,89 @@ class LaunchBenchmarkOperator(HostOperator):
         return {"pid": int(pid), "attached": False}
 
 
+def server_job(config: str, server: dict[str, Any]) -> str:
+    return f"server_{config}_{server['name']}"
+
+
+class LaunchServersOperator(HostOperator):
+    """Start a config's servers (and router) detached, each with its GPU set and NUMA binding.
+
+    A server of this run that is already alive is attached to, not started twice.
+    """
+
+    def __init__(self, *, config: str, servers: list[dict[str, Any]], **kwargs: Any):
+        super().__init__(**kwargs)
+        self.config = config
+        self.servers = servers
+
+    def execute(self, context: Any) -> dict[str, int]:
+        rundir = self.rundir(context)
+        pids = {}
+        for server in self.servers:
+            name = server_job(self.config, server)
+            paths = self.job(context, name)
+            status = remote.parse_status(self.host.check(remote.status_command(paths, "-"), 60, "status").stdout)
+            if status.alive:
+                self.log.info("%s already running (pid %s): attaching", name, status.pid)
+                pids[name] = status.pid or 0
+                continue
+            command = server["command"].replace("{python}", shlex.quote(self.host.python))
+            command = command.replace("{port}", str(int(server["port"])))
+            if server.get("numa_node") is not None:
+                node = int(server["numa_node"])
+                command = f"numactl --cpunodebind={node} --membind={node} {command}"
+            env = {"PYTHONUNBUFFERED": "1"}
+            if server.get("visible_devices"):
+                env["CUDA_VISIBLE_DEVICES"] = server["visible_devices"]
+            self.log.info("launching %s on %s (env %s): %s", name, self.host_id, env, command)
+            launch = remote.launch_command(paths, command, cwd=f"{rundir}/payload", env=env)
+            pids[name] = int(self.host.check(launch, timeout=60, what=f"launch {name}").stdout.split()[-1])
+        return pids
+
+
+class ServersReadySensor(HostOperator, BaseSensorOperator):
+    """Wait until every server of a config answers its health URL (checked on the host itself);
+    fail at once, with the server's log tail, if one of them has died."""
+
+    def __init__(self, *, config: str, servers: list[dict[str, Any]], **kwargs: Any):
+        super().__init__(**kwargs)
+        self.config = config
+        self.servers = servers
+
+    def poke(self, context: Any) -> bool:
+        probe = "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)"
+        ready = []
+        for server in self.servers:
+            name = server_job(self.config, server)
+            paths = self.job(context, name)
+            status = remote.parse_status(self.host.check(remote.status_command(paths, "-"), 60, "status").stdout)
+            if not status.alive:
+                tail = self.host.run(remote.tail_command(paths.log_file, LOG_TAIL_LINES), 60).stdout
+                raise AirflowFailException(f"server {name} is not running (exit {status.exit_code}); "
+                                           f"last {LOG_TAIL_LINES} log lines:\n{tail}")  # fmt: skip
+            url = f"http://127.0.0.1:{int(server['port'])}{server['health_path']}"
+            check = f"{shlex.quote(self.host.python)} -c {shlex.quote(probe)} {shlex.quote(url)}"
+            healthy = self.host.run(check, 30).rc == 0
+            self.log.info("%s %s: %s", name, url, "healthy" if healthy else f"not yet ({status.last_line})")
+            ready.append(healthy)
+        return all(ready)
+
+
+class StopServersOperator(HostOperator):
+    """Teardown: stop every server (and the router) of a config."""
+
+    def __init__(self, *, config: str, servers: list[dict[str, Any]], **kwargs: Any):
+        super().__init__(**kwargs)
+        self.config = config
+        self.servers = servers
+
+    def execute(self, context: Any) -> None:
+        for server in reversed(self.servers):
+            paths = self.job(context, server_job(self.config, server))
+            self.host.check(remote.kill_command(paths), timeout=60, what=f"stop {server['name']}")
+            self.log.info("stopped %s", server_job(self.config, server))
+
+
 class StopBenchmarkOperator(HostOperator):
     """Teardown: end the benchmark's whole process group if anything of it is still alive."""
 
@@ -164,19 +254,23 @@ class StopBenchmarkOperator(HostOperator):
 
 
 class FetchArtifactsOperator(HostOperator):
-    """Copy the log and the result file(s) of the run here; missing files are reported, not fatal."""
+    """Copy the logs and the result file of the run here; missing files are reported, not fatal.
 
-    def __init__(self, *, output: str, **kwargs: Any):
+    ``jobs``: the benchmark jobs whose logs to fetch, each saved as ``<job>.log``.
+    """
+
+    def __init__(self, *, output: str, jobs: list[str] | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.output_file = output
+        self.jobs = jobs or [BENCH_JOB]
 
     def execute(self, context: Any) -> dict[str, Any]:
         rundir = self.rundir(context)
         local = artifacts_dir(context["dag"].dag_id, remote.run_key(context["run_id"]))
-        wanted = {
-            "bench.log": self.job(context).log_file,
+        wanted = {f"{job}.log": self.job(context, job).log_file for job in self.jobs}
+        wanted |= {f"{job}.exit_code": self.job(context, job).exit_code_file for job in self.jobs}
+        wanted |= {
             self.output_file: f"{rundir}/{self.output_file}",
-            "exit_code": self.job(context).exit_code_file,
             MANIFEST_NAME: f"{rundir}/payload/{MANIFEST_NAME}",
         }
         fetched: list[str] = []
@@ -184,7 +278,7 @@ class FetchArtifactsOperator(HostOperator):
         for name, source in wanted.items():
             (fetched if self.host.get_file(source, local / name) else missing).append(name)
         self.log.info("fetched %s to %s; missing: %s", fetched, local, missing or "none")
-        return {"dir": str(local), "fetched": fetched, "missing": missing}
+        return {"dir": str(local), "fetched": fetched, "missing": missing, "logs": [f"{j}.log" for j in self.jobs]}
 
 
 class DoneMarkerSensor(HostOperator, BaseSensorOperator):
@@ -213,7 +307,7 @@ class DoneMarkerSensor(HostOperator, BaseSensorOperator):
 
         trigger = DoneMarkerTrigger(
             host_id=self.host_id, workdir=self.host.workdir, rundir=self.rundir(context), marker=self.marker,
-            timeout_s=self.benchmark_timeout, check_interval=self.poke_interval,
+            timeout_s=self.benchmark_timeout, check_interval=self.poke_interval, job=self.job_name,
         )  # fmt: skip
         self.defer(
             trigger=trigger,

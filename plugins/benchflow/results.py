@@ -11,8 +11,9 @@ from typing import Any
 from benchflow.parsers import parse_text
 from benchflow.warehouse import RunRecord, Warehouse
 
-LOG_NAME = "bench.log"
 ROWS_NAME = "rows.json"
+# parser format → result kind (its GX suite and warehouse table)
+RESULT_KIND = {"kernel_sweep": "kernel_sweep", "serving_log": "serving"}
 
 
 @dataclass
@@ -23,21 +24,38 @@ class ParseSummary:
     meta: dict[str, str]
 
 
-def parse_artifacts(directory: Path, fmt: str, marker: str) -> ParseSummary:
-    """Parse ``bench.log`` into ``rows.json``; a missing or cut-off log keeps the rows it has."""
+def parse_artifacts(
+    directory: Path, fmt: str, marker: str, logs: list[str], defaults: dict[str, Any] | None = None
+) -> ParseSummary:
+    """Parse the fetched logs into ``rows.json``; a missing or cut-off log keeps the rows it has.
+
+    ``defaults`` fill columns a format does not report (a serving log's input/output lengths).
+    """
     directory = Path(directory)
-    log = directory / LOG_NAME
-    if not log.exists():
-        (directory / ROWS_NAME).write_text("[]")
-        return ParseSummary("failed", 0, "no benchmark log was fetched", {})
-    parsed = parse_text(log.read_text(errors="replace"), fmt, marker=marker)
-    (directory / ROWS_NAME).write_text(json.dumps(parsed.rows))
-    if parsed.complete:
-        status, detail = ("ok", "") if parsed.rows else ("failed", f"{marker} seen but no rows")
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    meta: dict[str, str] = {}
+    complete = True
+    for name in logs:
+        log = directory / name
+        if not log.exists():
+            complete = False
+            notes.append(f"{name}: not fetched")
+            continue
+        parsed = parse_text(log.read_text(errors="replace"), fmt, marker=marker)
+        rows += [{**row, **{k: v for k, v in (defaults or {}).items() if row.get(k) is None}} for row in parsed.rows]
+        meta |= parsed.meta
+        if not parsed.complete:
+            complete = False
+            notes.append(f"{name}: ends without {marker!r} after {len(parsed.rows)} rows")
+        notes += [f"{name}: {w}" for w in parsed.warnings]
+    (directory / ROWS_NAME).write_text(json.dumps(rows))
+    if not rows:
+        status = "failed"
+        notes.insert(0, "no rows")
     else:
-        status = "incomplete" if parsed.rows else "failed"
-        detail = f"log ends without {marker!r} after {len(parsed.rows)} rows"
-    return ParseSummary(status, len(parsed.rows), "; ".join(filter(None, [detail, *parsed.warnings])), parsed.meta)
+        status = "ok" if complete else "incomplete"
+    return ParseSummary(status, len(rows), "; ".join(notes), meta)
 
 
 def read_rows(directory: Path) -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from benchflow.paths import campaigns_dir, kernels_dir
@@ -64,11 +65,59 @@ class Service(_Model):
     start: Line
 
 
+class Server(_Model):
+    """An inference server (or a router) launched detached before a serving sweep.
+
+    ``command`` is written by the campaign's author (trusted like DAG code) and runs in the payload
+    directory; ``{python}`` stands for the host's interpreter and ``{port}`` for ``port``.
+    """
+
+    name: Ident
+    command: Line
+    port: int = Field(ge=1, le=65535)
+    health_path: Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9/_.-]*$")] = "/health"
+    gpus: Annotated[str, StringConstraints(pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*$")] | None = Field(
+        default=None, description="CUDA_VISIBLE_DEVICES, e.g. '0-3' or '4,5,6,7'"
+    )
+    numa_node: int | None = Field(default=None, ge=0, le=63, description="numactl --cpunodebind/--membind")
+
+    def visible_devices(self) -> str | None:
+        if self.gpus is None:
+            return None
+        ids: list[str] = []
+        for part in self.gpus.split(","):
+            low, _, high = part.partition("-")
+            ids += [str(i) for i in range(int(low), int(high or low) + 1)]
+        return ",".join(ids)
+
+
+class ServingConfig(_Model):
+    """One configuration of a serving comparison: its servers, an optional router in front of them."""
+
+    name: Ident
+    servers: list[Server] = Field(min_length=1)
+    router: Server | None = None
+
+    @model_validator(mode="after")
+    def _distinct(self) -> ServingConfig:
+        members = [*self.servers, *([self.router] if self.router else [])]
+        for attribute in ("name", "port"):
+            values = [getattr(m, attribute) for m in members]
+            if len(values) != len(set(values)):
+                raise ValueError(f"servers and router need distinct {attribute}s, got {values}")
+        return self
+
+    @property
+    def endpoint(self) -> Server:
+        """Where the benchmark client sends requests: the router, else the only server."""
+        return self.router or self.servers[0]
+
+
 class Benchmark(_Model):
     script: PayloadPath = Field(description="script inside the payload, run with the host's python")
     args: dict[Ident, ArgValue] = Field(default_factory=dict, description="rendered as --key value")
     marker: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:=-]{1,64}$")] = "ALL_DONE"
-    parser: Literal["kernel_sweep"] = "kernel_sweep"
+    parser: Literal["kernel_sweep", "serving_log"] = "kernel_sweep"
     output: PayloadPath = Field(default="results.jsonl", description="JSONL the script writes (--out)")
 
 
@@ -78,6 +127,7 @@ class Timeouts(_Model):
     preflight: float = Field(default=120, gt=0)
     services: float = Field(default=300, gt=0)
     deploy: float = Field(default=600, gt=0)
+    server_ready: float = Field(default=900, gt=0)
     benchmark: float = Field(default=3600, gt=0)
     poke_interval: float = Field(default=5, gt=0, le=300)
 
@@ -85,15 +135,31 @@ class Timeouts(_Model):
 class CampaignSpec(_Model):
     name: Ident
     description: Line = ""
-    kind: Literal["kernel"] = "kernel"
+    kind: Literal["kernel", "serving"] = "kernel"
     host: HostId = "local"
     payload: Ident
+    requires: list[Ident] = Field(default_factory=list, description="other payloads deployed inside this one")
     schedule: Line | None = Field(default=None, description="cron or preset; null: manual only")
-    tags: list[Ident] = Field(default_factory=list)
+    tags: list[Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")]] = Field(default_factory=list)
     retries: int = Field(default=0, ge=0, le=10)
     services: list[Service] = Field(default_factory=list)
+    configs: list[ServingConfig] = Field(default_factory=list, description="serving: run one after another")
     benchmark: Benchmark
     timeouts: Timeouts = Field(default_factory=Timeouts)
+
+    @model_validator(mode="after")
+    def _kind_fits(self) -> CampaignSpec:
+        expected = {"kernel": "kernel_sweep", "serving": "serving_log"}[self.kind]
+        if self.benchmark.parser != expected:
+            raise ValueError(f"a {self.kind} campaign reads its output with parser {expected!r}")
+        if self.kind == "serving" and not self.configs:
+            raise ValueError("a serving campaign needs at least one entry in configs")
+        if self.kind == "kernel" and self.configs:
+            raise ValueError("configs (servers) belong to serving campaigns")
+        names = [c.name for c in self.configs]
+        if len(names) != len(set(names)):
+            raise ValueError(f"config names must be distinct, got {names}")
+        return self
 
     @field_validator("payload")
     @classmethod
@@ -101,6 +167,13 @@ class CampaignSpec(_Model):
         root = Path((info.context or {}).get("kernels_dir") or kernels_dir())
         if not (root / value).is_dir():
             raise ValueError(f"no payload directory kernels/{value}/")
+        return value
+
+    @field_validator("requires")
+    @classmethod
+    def _requirements_exist(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        for name in value:
+            cls._payload_exists(name, info)
         return value
 
     @property

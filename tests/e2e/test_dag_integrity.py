@@ -59,11 +59,35 @@ def test_every_spec_yields_a_dag(parsed):
     assert {s.dag_id for s in specs} == set(parsed["dags"])
 
 
+COMMON = {"preflight", "stop_services", "deploy_payload", "restore_services", "fetch_artifacts", "parse", "validate",
+          "load", "verdict"}  # fmt: skip
+BENCHMARK = {"launch_benchmark", "wait_done", "stop_benchmark"}
+SERVERS = {"launch_servers", "servers_ready", "stop_servers"}
+
+
 def test_task_graph_has_every_stage(parsed):
-    expected = {"preflight", "stop_services", "deploy_payload", "launch_benchmark", "wait_done", "stop_benchmark",
-                "restore_services", "fetch_artifacts", "parse", "validate", "load", "verdict"}  # fmt: skip
-    for tasks in parsed["dags"].values():
-        assert set(tasks) == expected
+    for spec in load_all()[0]:
+        tasks = set(parsed["dags"][spec.dag_id])
+        if spec.kind == "kernel":
+            assert tasks == COMMON | BENCHMARK
+        else:
+            groups = {f"config_{c.name}.{t}" for c in spec.configs for t in BENCHMARK | SERVERS}
+            assert tasks == COMMON | groups
+
+
+def test_serving_specs_place_servers_on_their_gpus_and_numa_nodes():
+    from benchflow.factory import build_dag
+
+    spec = next(s for s in load_all()[0] if s.name == "serving_pd")
+    dag = build_dag(spec)
+    servers = {s["name"]: s for s in dag.task_dict["config_pd.launch_servers"].servers}
+    assert (servers["prefill"]["visible_devices"], servers["prefill"]["numa_node"]) == ("0,1,2,3", 0)
+    assert (servers["decode"]["visible_devices"], servers["decode"]["numa_node"]) == ("4,5,6,7", 1)
+    assert servers["router"]["port"] == 8000
+    launch = dag.task_dict["config_pd.launch_benchmark"]
+    assert launch.args["base_url"] == "http://127.0.0.1:8000" and launch.args["label"] == "pd"
+    assert launch.args["concurrency"] == [1, 8, 16] and launch.args["prompts"] == [6, 24, 32]
+    assert dag.task_dict["config_pd.stop_servers"].is_teardown
 
 
 def test_parsing_imports_no_heavy_library(parsed):

@@ -84,3 +84,58 @@ def test_name_must_match_file(tmp_path):
 def test_invalid_yaml_names_the_line(tmp_path):
     with pytest.raises(SpecError, match=r"camp.yaml:3: <top>: not valid YAML"):
         load_spec(write(tmp_path, "kind: kernel\nhost: local\n  bad: [\n"))
+
+
+SERVING = """\
+kind: serving
+payload: moe
+configs:
+  - name: one
+    servers:
+      - name: a
+        command: "{python} server.py --port {port}"
+        port: 30100
+        gpus: "0-3"
+benchmark:
+  script: sweep.py
+  parser: serving_log
+"""
+
+
+def test_serving_spec_and_gpu_sets(tmp_path):
+    spec = load_spec(write(tmp_path, SERVING))
+    assert spec.configs[0].servers[0].visible_devices() == "0,1,2,3"
+    assert spec.configs[0].endpoint.port == 30100
+    mixed = load_spec(write(tmp_path, SERVING.replace('"0-3"', '"0,2-3,7"')))
+    assert mixed.configs[0].servers[0].visible_devices() == "0,2,3,7"
+
+
+SERVING_BAD = [
+    ("bad gpu set", '"0-3"', '"0-3; reboot"', "configs.0.servers.0.gpus"),
+    ("port out of range", "port: 30100", "port: 70000", "configs.0.servers.0.port"),
+    ("health path with a query", 'port: 30100', 'port: 30100\n        health_path: "/h?x=$(id)"',
+     "configs.0.servers.0.health_path"),
+    ("kernel parser for serving", "parser: serving_log", "parser: kernel_sweep", ""),
+    ("duplicate ports", 'gpus: "0-3"', 'gpus: "0-3"\n      - name: b\n        command: x\n        port: 30100',
+     "configs.0"),
+]
+
+
+@pytest.mark.parametrize(("what", "old", "new", "field"), SERVING_BAD, ids=[b[0] for b in SERVING_BAD])
+def test_bad_serving_spec(tmp_path, what, old, new, field):
+    assert old in SERVING
+    with pytest.raises(SpecError) as caught:
+        load_spec(write(tmp_path, SERVING.replace(old, new)))
+    assert any(f": {field or '<top>'}:" in line for line in caught.value.lines()), caught.value.lines()
+
+
+def test_serving_spec_needs_configs(tmp_path):
+    without = SERVING.split("configs:")[0] + "benchmark:" + SERVING.split("benchmark:")[1]
+    with pytest.raises(SpecError, match=r"camp.yaml:1: <top>: .*needs at least one entry in configs"):
+        load_spec(write(tmp_path, without))
+
+
+def test_kernel_spec_cannot_declare_servers(tmp_path):
+    text = GOOD + "configs:\n  - name: x\n    servers:\n      - {name: a, command: b, port: 1}\n"
+    with pytest.raises(SpecError, match=r"configs .servers. belong to serving campaigns"):
+        load_spec(write(tmp_path, text))

@@ -27,7 +27,8 @@ FORMAT_VLLM_JSON = "vllm_json"
 METRICS = ("ttft", "tpot", "itl", "e2e")
 STATS = ("mean", "median", "std", "p90", "p95", "p99", "max")
 COLUMNS = (
-    "config", "concurrency", "num_prompts", "completed", "failed", "duration_s", "total_input_tokens",
+    "config", "concurrency", "num_prompts", "input_len", "output_len", "completed", "failed", "duration_s",
+    "total_input_tokens",
     "total_output_tokens", "request_throughput", "input_throughput", "output_throughput", "total_throughput",
     "peak_output_throughput", "peak_concurrent_requests",
     *(f"{stat}_{metric}_ms" for metric in METRICS for stat in STATS),
@@ -81,6 +82,8 @@ _JSON_KEYS = {
     "output_throughput": "output_throughput", "total_token_throughput": "total_throughput",
     "total_throughput": "total_throughput", "max_output_tokens_per_s": "peak_output_throughput",
     "max_concurrent_requests": "peak_concurrent_requests", "num_prompts": "num_prompts",
+    "random_input_len": "input_len", "random_output_len": "output_len", "input_len": "input_len",
+    "output_len": "output_len",
 }  # fmt: skip
 _JSON_LATENCY_RE = re.compile(
     r"^(?P<stat>mean|median|std|p90|p95|p99|max)_(?P<metric>ttft|tpot|itl|e2el|e2e_latency)_ms$"
@@ -109,8 +112,8 @@ def _finish(row: dict[str, Any]) -> dict[str, Any]:
         row["failed"] = row["num_prompts"] - row["completed"]
     if row["num_prompts"] is None and row["completed"] is not None:
         row["num_prompts"] = int(row["completed"] + (row["failed"] or 0))
-    for key in ("concurrency", "num_prompts", "completed", "failed", "total_input_tokens", "total_output_tokens",
-                "peak_concurrent_requests"):  # fmt: skip
+    for key in ("concurrency", "num_prompts", "input_len", "output_len", "completed", "failed", "total_input_tokens",
+                "total_output_tokens", "peak_concurrent_requests"):  # fmt: skip
         if isinstance(row[key], float) and math.isfinite(row[key]):
             row[key] = int(row[key])
     return row

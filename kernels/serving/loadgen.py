@@ -1,0 +1,180 @@
+"""Load generator for an OpenAI-compatible ``/v1/completions`` endpoint, at a fixed concurrency.
+
+    python loadgen.py --base-url http://127.0.0.1:30100 --num-prompts 24 --max-concurrency 8 \
+        --input-len 256 --output-len 256 --output-file phase.jsonl
+
+Streams every request and measures TTFT, TPOT, ITL and end-to-end latency, then prints SGLang's
+``Serving Benchmark Result`` block (40-wide labels) and appends one JSON object in SGLang's
+``--output-file`` keys, so the same parsers read it as the real tools' output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import math
+import random
+import statistics
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+
+@dataclass
+class Result:
+    ok: bool = False
+    start: float = 0.0
+    ttft: float = 0.0
+    e2e: float = 0.0
+    output_tokens: int = 0
+    token_times: list[float] = field(default_factory=list)
+    error: str = ""
+
+
+def one_request(base_url: str, prompt: list[int], output_len: int) -> Result:
+    parts = urlsplit(base_url)
+    result = Result(start=time.perf_counter())
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=600)
+    try:
+        body = json.dumps({"prompt": prompt, "max_tokens": output_len, "stream": True, "temperature": 0})
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        if response.status != 200:
+            result.error = f"HTTP {response.status}"
+            return result
+        for raw in response:
+            line = raw.strip()
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            choice = json.loads(line[6:])["choices"][0]
+            if choice.get("text"):
+                result.token_times.append(time.perf_counter())
+        result.output_tokens = len(result.token_times)
+        result.ok = result.output_tokens > 0
+        if result.ok:
+            result.ttft = result.token_times[0] - result.start
+            result.e2e = result.token_times[-1] - result.start
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        result.error = repr(exc)
+    finally:
+        conn.close()
+    return result
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q / 100
+    low = int(k)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
+
+
+def summarize(results: list[Result], duration: float, input_len: int, concurrency: int, backend: str) -> dict:
+    done = [r for r in results if r.ok]
+    ms = 1000.0
+    ttft = [r.ttft * ms for r in done]
+    e2e = [r.e2e * ms for r in done]
+    tpot = [(r.e2e - r.ttft) / (r.output_tokens - 1) * ms for r in done if r.output_tokens > 1]
+    itl = [(b - a) * ms for r in done for a, b in zip(r.token_times, r.token_times[1:], strict=False)]
+    output_tokens = sum(r.output_tokens for r in done)
+    all_times = sorted(t for r in done for t in r.token_times)
+    t0 = min((r.start for r in results), default=0.0)
+    per_second: dict[int, int] = {}
+    for t in all_times:
+        per_second[int(t - t0)] = per_second.get(int(t - t0), 0) + 1
+    spans = [(r.start, r.start + r.e2e) for r in done]
+    peak_concurrent = max((sum(1 for s, e in spans if s <= start < e) for start, _ in spans), default=0)
+    summary = {
+        "backend": backend, "request_rate": float("inf"), "max_concurrency": concurrency,
+        "completed": len(done), "failed": len(results) - len(done), "num_prompts": len(results),
+        "duration": duration, "random_input_len": input_len, "total_input_tokens": input_len * len(done),
+        "total_output_tokens": output_tokens, "request_throughput": len(done) / duration,
+        "input_throughput": input_len * len(done) / duration, "output_throughput": output_tokens / duration,
+        "total_throughput": (input_len * len(done) + output_tokens) / duration,
+        "max_output_tokens_per_s": max(per_second.values(), default=0), "max_concurrent_requests": peak_concurrent,
+        "concurrency": sum(e2e) / ms / duration,
+    }  # fmt: skip
+    for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2e_latency", e2e)):
+        summary[f"mean_{name}_ms"] = statistics.fmean(values) if values else float("nan")
+        summary[f"median_{name}_ms"] = statistics.median(values) if values else float("nan")
+        for q in (90, 95, 99):
+            summary[f"p{q}_{name}_ms"] = percentile(values, q)
+        summary[f"max_{name}_ms"] = max(values, default=float("nan"))
+    return summary
+
+
+def print_block(s: dict) -> None:
+    def line(label: str, value: object) -> None:
+        print(f"{label + ':':<40} {value:<10}")
+
+    print("{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="))
+    line("Backend", s["backend"])
+    line("Traffic request rate", "inf")
+    line("Max request concurrency", s["max_concurrency"])
+    line("Successful requests", s["completed"])
+    line("Failed requests", s["failed"])
+    # Four significant digits at least: a short phase's duration must still give its throughput to 0.1%.
+    decimals = max(2, 3 - math.floor(math.log10(s["duration"]))) if s["duration"] > 0 else 2
+    line("Benchmark duration (s)", f"{s['duration']:.{decimals}f}")
+    line("Total input tokens", s["total_input_tokens"])
+    line("Total generated tokens", s["total_output_tokens"])
+    line("Request throughput (req/s)", f"{s['request_throughput']:.2f}")
+    line("Input token throughput (tok/s)", f"{s['input_throughput']:.2f}")
+    line("Output token throughput (tok/s)", f"{s['output_throughput']:.2f}")
+    line("Peak output token throughput (tok/s)", f"{s['max_output_tokens_per_s']:.2f}")
+    line("Peak concurrent requests", s["max_concurrent_requests"])
+    line("Total token throughput (tok/s)", f"{s['total_throughput']:.2f}")
+    line("Concurrency", f"{s['concurrency']:.2f}")
+    sections = [("End-to-End Latency", "E2E Latency", "e2e_latency", ("mean", "median", "p90", "p99")),
+                ("Time to First Token", "TTFT", "ttft", ("mean", "median", "p99")),
+                ("Time per Output Token (excl. 1st token)", "TPOT", "tpot", ("mean", "median", "p99")),
+                ("Inter-Token Latency", "ITL", "itl", ("mean", "median", "p95", "p99", "max"))]  # fmt: skip
+    for title, label, key, stats in sections:
+        print("{s:{c}^{n}}".format(s=title, n=50, c="-"))
+        for stat in stats:
+            line(f"{stat.capitalize() if stat in ('mean', 'median', 'max') else stat.upper()} {label} (ms)",
+                 f"{s[f'{stat}_{key}_ms']:.2f}")  # fmt: skip
+    print("=" * 50, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base-url", required=True)
+    parser.add_argument("--num-prompts", type=int, required=True)
+    parser.add_argument("--max-concurrency", type=int, required=True)
+    parser.add_argument("--input-len", type=int, default=256)
+    parser.add_argument("--output-len", type=int, default=256)
+    parser.add_argument("--output-file")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    rng = random.Random(args.seed)
+    prompts = [[rng.randrange(256) for _ in range(args.input_len)] for _ in range(args.num_prompts)]
+    lock, finished = threading.Lock(), [0]
+
+    def run(prompt: list[int]) -> Result:
+        result = one_request(args.base_url, prompt, args.output_len)
+        with lock:
+            finished[0] += 1
+            print(f"request {finished[0]}/{args.num_prompts}: {'ok' if result.ok else result.error}", flush=True)
+        return result
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=args.max_concurrency) as pool:
+        results = list(pool.map(run, prompts))
+    duration = time.perf_counter() - start
+    summary = summarize(results, duration, args.input_len, args.max_concurrency, "openai-completions")
+    print_block(summary)
+    if args.output_file:
+        with open(args.output_file, "a") as out:
+            out.write(json.dumps(summary) + "\n")
+    return 0 if summary["completed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
