@@ -56,8 +56,20 @@ def cmd_parse(args: argparse.Namespace) -> int:
     from benchflow.parsers import ParseError, parse_text
 
     path = Path(args.file)
+    fmt, marker, options = args.format, args.marker, {}
+    if args.spec:
+        from benchflow.spec import SpecError, find_spec, load_spec
+
+        try:
+            spec = load_spec(find_spec(args.spec))
+        except SpecError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        fmt, marker = spec.benchmark.parser, spec.benchmark.marker
+        if spec.benchmark.patterns:
+            options["patterns"] = {name: p.model_dump() for name, p in spec.benchmark.patterns.items()}
     try:
-        parsed = parse_text(path.read_text(errors="replace"), args.format, marker=args.marker)
+        parsed = parse_text(path.read_text(errors="replace"), fmt, marker=marker, **options)
     except OSError as exc:
         print(f"{path}: {exc.strerror}", file=sys.stderr)
         return 2
@@ -66,7 +78,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
         return 1
     for row in parsed.rows:
         print(json.dumps(row))
-    state = "complete" if parsed.complete else f"incomplete (no {args.marker})"
+    state = "complete" if parsed.complete else f"incomplete (no {marker})"
     print(f"{path}: {parsed.format}, {len(parsed.rows)} rows, {state}", file=sys.stderr)
     for warning in parsed.warnings:
         print(f"{path}: warning: {warning}", file=sys.stderr)
@@ -100,12 +112,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     warehouse = Warehouse()
     shown = {
+        "generic": "SELECT seq, metric, value, unit, line FROM generic_results",
         "kernel": "SELECT m AS M, ms_per_call, tok_per_s, us_per_token, note FROM kernel_results",
         "serving": "SELECT config, concurrency, num_prompts, completed, round(output_throughput, 1) AS out_tok_s, "
         "round(mean_ttft_ms, 2) AS ttft_ms, round(mean_tpot_ms, 2) AS tpot_ms, round(mean_itl_ms, 2) AS itl_ms, "
         "round(mean_e2e_ms, 1) AS e2e_ms FROM serving_results",
-    }[spec.kind]
-    order = "m" if spec.kind == "kernel" else "config, concurrency"
+    }["generic" if spec.benchmark.parser == "generic" else spec.kind]
+    order = {"kernel_sweep": "m", "serving_log": "config, concurrency", "generic": "seq"}[spec.benchmark.parser]
     rows = warehouse.query(f"{shown} WHERE dag_id = ? AND run_id = ? ORDER BY {order}", [spec.dag_id, dag_run.run_id])
     run = warehouse.query("SELECT status, rows_loaded, detail FROM runs WHERE dag_id = ? AND run_id = ?",
                           [spec.dag_id, dag_run.run_id])  # fmt: skip
@@ -147,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     parse.add_argument("file")
     parse.add_argument("--format", help="output format (detected when not given)")
     parse.add_argument("--marker", default="ALL_DONE", help="done marker line (default: ALL_DONE)")
+    parse.add_argument("--spec", help="read the output as this campaign does (its parser, patterns and marker)")
     parse.set_defaults(func=cmd_parse)
     run = sub.add_parser(
         "run",

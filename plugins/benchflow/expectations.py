@@ -104,9 +104,30 @@ def _serving_expectations(swept: list[int] | None = None) -> list[Any]:
     return checks
 
 
+def _generic_frame(rows: list[dict[str, Any]]) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame.from_records(rows, columns=["seq", "metric", "value", "unit", "line"])
+
+
+def _generic_expectations(metrics: list[str] | None = None) -> list[Any]:
+    import great_expectations as gx
+
+    e = gx.expectations
+    checks: list[Any] = [e.ExpectColumnValuesToNotBeNull(column=c) for c in ("metric", "value", "line")]
+    checks += [
+        e.ExpectColumnValuesToBeUnique(column="seq"),
+        e.ExpectColumnValuesToBeBetween(column="line", min_value=1),
+    ]
+    if metrics:
+        checks.append(e.ExpectColumnValuesToBeInSet(column="metric", value_set=metrics))
+    return checks
+
+
 SUITES: dict[str, tuple[Callable[..., Any], Callable[..., list[Any]]]] = {
     KERNEL_SUITE: (_kernel_frame, _kernel_expectations),
     SERVING_SUITE: (_serving_frame, _serving_expectations),
+    "generic": (_generic_frame, _generic_expectations),
 }
 
 

@@ -157,13 +157,21 @@ def build_dag(spec: CampaignSpec) -> DAG:
         )  # fmt: skip
         kind = RESULT_KIND[bench.parser]
         lengths: dict[str, Any] = {k: bench.args[k] for k in ("input_len", "output_len") if k in bench.args}
-        suite_params = {"swept": bench.args["concurrency"]} if kind == "serving" and "concurrency" in bench.args else {}
+        suite_params: dict[str, Any] = {}
+        if kind == "serving" and "concurrency" in bench.args:
+            suite_params["swept"] = bench.args["concurrency"]
+        parser_options: dict[str, Any] = {}
+        if kind == "generic":
+            parser_options["patterns"] = {name: p.model_dump() for name, p in bench.patterns.items()}
+            suite_params["metrics"] = sorted(bench.patterns)
 
         @task
         def parse(fetched: dict[str, Any]) -> dict[str, Any]:
             from benchflow.results import parse_artifacts
 
-            summary = parse_artifacts(Path(fetched["dir"]), bench.parser, bench.marker, fetched["logs"], lengths)
+            summary = parse_artifacts(
+                Path(fetched["dir"]), bench.parser, bench.marker, fetched["logs"], lengths, parser_options
+            )
             print(f"parsed {summary.rows} rows; status {summary.status}; {summary.detail or 'complete'}")
             return {**asdict(summary), "dir": fetched["dir"]}
 

@@ -13,7 +13,7 @@ from benchflow.warehouse import RunRecord, Warehouse
 
 ROWS_NAME = "rows.json"
 # parser format → result kind (its GX suite and warehouse table)
-RESULT_KIND = {"kernel_sweep": "kernel_sweep", "serving_log": "serving"}
+RESULT_KIND = {"kernel_sweep": "kernel_sweep", "serving_log": "serving", "generic": "generic"}
 
 
 @dataclass
@@ -25,11 +25,17 @@ class ParseSummary:
 
 
 def parse_artifacts(
-    directory: Path, fmt: str, marker: str, logs: list[str], defaults: dict[str, Any] | None = None
+    directory: Path,
+    fmt: str,
+    marker: str,
+    logs: list[str],
+    defaults: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
 ) -> ParseSummary:
     """Parse the fetched logs into ``rows.json``; a missing or cut-off log keeps the rows it has.
 
-    ``defaults`` fill columns a format does not report (a serving log's input/output lengths).
+    ``defaults`` fill columns a format does not report (a serving log's input/output lengths);
+    ``options`` go to the parser (the generic parser's patterns).
     """
     directory = Path(directory)
     rows: list[dict[str, Any]] = []
@@ -42,7 +48,7 @@ def parse_artifacts(
             complete = False
             notes.append(f"{name}: not fetched")
             continue
-        parsed = parse_text(log.read_text(errors="replace"), fmt, marker=marker)
+        parsed = parse_text(log.read_text(errors="replace"), fmt, marker=marker, **(options or {}))
         rows += [{**row, **{k: v for k, v in (defaults or {}).items() if row.get(k) is None}} for row in parsed.rows]
         meta |= parsed.meta
         if not parsed.complete:

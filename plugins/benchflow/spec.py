@@ -113,12 +113,34 @@ class ServingConfig(_Model):
         return self.router or self.servers[0]
 
 
+class Pattern(_Model):
+    """A metric read by the generic parser: a regex with a ``(?P<value>...)`` group, and its unit."""
+
+    regex: Annotated[str, StringConstraints(min_length=1, max_length=400)]
+    unit: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9/%._ -]{0,32}$")] = ""
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        from benchflow.parsers.generic import compile_patterns
+
+        compile_patterns({"pattern": {"regex": value}})
+        return value
+
+
 class Benchmark(_Model):
     script: PayloadPath = Field(description="script inside the payload, run with the host's python")
     args: dict[Ident, ArgValue] = Field(default_factory=dict, description="rendered as --key value")
     marker: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:=-]{1,64}$")] = "ALL_DONE"
-    parser: Literal["kernel_sweep", "serving_log"] = "kernel_sweep"
+    parser: Literal["kernel_sweep", "serving_log", "generic"] = "kernel_sweep"
+    patterns: dict[Ident, Pattern] = Field(default_factory=dict, description="metrics, for parser 'generic'")
     output: PayloadPath = Field(default="results.jsonl", description="JSONL the script writes (--out)")
+
+    @model_validator(mode="after")
+    def _patterns_for_generic(self) -> Benchmark:
+        if (self.parser == "generic") != bool(self.patterns):
+            raise ValueError("patterns go with parser 'generic', and it needs at least one")
+        return self
 
 
 class Timeouts(_Model):
@@ -149,9 +171,9 @@ class CampaignSpec(_Model):
 
     @model_validator(mode="after")
     def _kind_fits(self) -> CampaignSpec:
-        expected = {"kernel": "kernel_sweep", "serving": "serving_log"}[self.kind]
-        if self.benchmark.parser != expected:
-            raise ValueError(f"a {self.kind} campaign reads its output with parser {expected!r}")
+        expected = {"kernel": ("kernel_sweep", "generic"), "serving": ("serving_log", "generic")}[self.kind]
+        if self.benchmark.parser not in expected:
+            raise ValueError(f"a {self.kind} campaign reads its output with parser {' or '.join(expected)}")
         if self.kind == "serving" and not self.configs:
             raise ValueError("a serving campaign needs at least one entry in configs")
         if self.kind == "kernel" and self.configs:

@@ -25,6 +25,7 @@ RUN_STATUSES = ("ok", "incomplete", "failed", "invalid")
 RESULT_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "kernel_sweep": ("kernel_results", ("m", "ms_per_call", "tok_per_s", "us_per_token", "note")),
     "serving": ("serving_results", SERVING_COLUMNS),
+    "generic": ("generic_results", ("seq", "metric", "value", "unit", "line")),
 }
 
 

@@ -54,6 +54,10 @@ CAMPAIGNS = {
         {"m_list": [1, 2, 4, 8], "experts": 4, "hidden": 64, "inter": 32, "topk": 2, "warmup": 1, "iters": 3},
     ),
     "e2e_crash": spec("fault", "bench_fault.py", {"mode": "crash", "rows": 3}),
+    "e2e_generic": spec("fault", "bench_fault.py", {"mode": "ok", "rows": 4}).replace(
+        "  args:",
+        "  parser: generic\n  patterns:\n    ms_per_call: {regex: '^\\d+ (?P<value>[0-9.]+) ', unit: ms}\n  args:",
+    ),
     "e2e_hang": spec("fault", "bench_fault.py", {"mode": "hang", "rows": 2}, benchmark_timeout=4),
     "e2e_invalid": spec("fault", "bench_fault.py", {"mode": "inconsistent", "rows": 3}),
 }
@@ -189,4 +193,15 @@ def test_invalid_rows_are_quarantined_and_fail_the_run(campaigns, var_dir, capfd
     assert quarantined["row_number"].tolist() == [0, 1, 2]
     assert "tok_per_s_rel_err" in quarantined["reason"][1]
     assert run_row(run_id)["status"] == "invalid"
+    assert services_log(var_dir) == ["stopped", "started"]
+
+
+def test_generic_parser_campaign_loads_its_named_metrics(campaigns, var_dir):
+    run_id, state, tasks = run(campaigns, "e2e_generic")
+    assert state == "success", tasks
+    rows = Warehouse().query("SELECT seq, metric, value, unit FROM generic_results WHERE run_id = ? ORDER BY seq",
+                             [run_id])  # fmt: skip
+    assert rows.to_dict("records") == [
+        {"seq": i, "metric": "ms_per_call", "value": 0.5 * (i + 1), "unit": "ms"} for i in range(4)
+    ]
     assert services_log(var_dir) == ["stopped", "started"]

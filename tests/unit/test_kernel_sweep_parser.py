@@ -83,3 +83,29 @@ def test_unknown_format_is_an_error():
 def test_no_column_line_is_an_error_when_format_forced():
     with pytest.raises(ParseError, match="no 'M ms/call"):
         parse_text("GPU: x\n1 0.1 10 100\n", "kernel_sweep")
+
+
+PATTERNS = {
+    "us_per_token": {"regex": r"^\d+ \S+ \S+ (?P<value>[0-9.]+)", "unit": "us"},
+    "gpu_count": {"regex": r"group=(?P<value>\d+)", "unit": ""},
+}
+
+
+def test_generic_parser_reads_named_patterns_in_output_order():
+    parsed = parse_text(SAMPLE + "ALL_DONE\n", "generic", patterns=PATTERNS)
+    assert parsed.format == "generic" and parsed.complete
+    assert [(r["metric"], r["value"], r["line"]) for r in parsed.rows[:3]] == [
+        ("gpu_count", 32.0, 2), ("us_per_token", 150.56, 5), ("us_per_token", 131.16, 6)
+    ]  # fmt: skip
+    assert [r["seq"] for r in parsed.rows] == list(range(len(parsed.rows)))
+    assert not parse_text(SAMPLE, "generic", patterns=PATTERNS).complete
+
+
+def test_generic_parser_errors():
+    with pytest.raises(ParseError, match="needs patterns"):
+        parse_text(SAMPLE, "generic")
+    with pytest.raises(ParseError, match=r"line 2: pattern 'bad' matched a value that is not a number"):
+        parse_text(SAMPLE, "generic", patterns={"bad": {"regex": r"MoE: (?P<value>\S+)"}})
+    with pytest.raises(ValueError, match=r"needs a named group \(\?P<value>"):
+        parse_text(SAMPLE, "generic", patterns={"bad": {"regex": r"(\d+)"}})
+    assert parse_text("", "generic", patterns=PATTERNS).rows == []

@@ -128,3 +128,11 @@ def test_truncated_jsonl_drops_the_cut_record_only():
     text = '{"output_throughput": 1.0, "completed": 1}\n{"output_throughput": 2'
     parsed = parse_text(text)
     assert len(parsed.rows) == 1 and "cut off" in parsed.warnings[0]
+
+
+def test_failed_phase_is_reported_and_the_sweep_is_incomplete():
+    failed = "phase concurrency=8 failed (client exit 1); going on"
+    parsed = parse_text("\n".join([PHASES[0], SGLANG, PHASES[1], failed, PHASES[2], VLLM, "ALL_DONE"]) + "\n")
+    assert not parsed.complete
+    assert "phases without a result: PD concurrency=8" in parsed.warnings[-1]
+    assert [r["concurrency"] for r in parsed.rows] == [1, 16]

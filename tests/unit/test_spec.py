@@ -116,6 +116,8 @@ SERVING_BAD = [
     ("health path with a query", 'port: 30100', 'port: 30100\n        health_path: "/h?x=$(id)"',
      "configs.0.servers.0.health_path"),
     ("kernel parser for serving", "parser: serving_log", "parser: kernel_sweep", ""),
+    ("patterns without generic", "parser: serving_log", "parser: serving_log\n  patterns: {a: {regex: '(?P<value>x)'}}",
+     "benchmark"),
     ("duplicate ports", 'gpus: "0-3"', 'gpus: "0-3"\n      - name: b\n        command: x\n        port: 30100',
      "configs.0"),
 ]
@@ -139,3 +141,15 @@ def test_kernel_spec_cannot_declare_servers(tmp_path):
     text = GOOD + "configs:\n  - name: x\n    servers:\n      - {name: a, command: b, port: 1}\n"
     with pytest.raises(SpecError, match=r"configs .servers. belong to serving campaigns"):
         load_spec(write(tmp_path, text))
+
+
+def test_generic_parser_needs_valid_patterns(tmp_path):
+    generic = GOOD.replace("  script: bench_moe.py\n", "  script: bench_moe.py\n  parser: generic\n")
+    with pytest.raises(SpecError, match="patterns go with parser 'generic'"):
+        load_spec(write(tmp_path, generic))
+    good = generic + "  patterns:\n    tok_s: {regex: 'tok/s (?P<value>[0-9.]+)', unit: tok/s}\n"
+    good = good.replace("timeouts:\n  benchmark: 60\n", "") + "timeouts:\n  benchmark: 60\n"
+    assert load_spec(write(tmp_path, good)).benchmark.patterns["tok_s"].unit == "tok/s"
+    broken = good.replace("(?P<value>[0-9.]+)", "(?P<value>[0-9.+")
+    with pytest.raises(SpecError, match=r"benchmark.patterns.tok_s.regex: .*not a regular expression"):
+        load_spec(write(tmp_path, broken))

@@ -41,10 +41,11 @@ Format = tuple[Callable[[str], bool], Callable[..., ParsedRun]]
 
 
 def _formats() -> dict[str, Format]:
-    from benchflow.parsers import kernel_sweep, serving
+    from benchflow.parsers import generic, kernel_sweep, serving
 
     return {
         kernel_sweep.FORMAT: (kernel_sweep.detect, kernel_sweep.parse),
+        generic.FORMAT: (generic.detect, generic.parse),
         serving.FORMAT_LOG: (serving.detect_log, serving.parse_log),
         serving.FORMAT_SGLANG_JSONL: (serving.detect_sglang_jsonl, serving.parse_sglang_jsonl),
         serving.FORMAT_VLLM_JSON: (serving.detect_vllm_json, serving.parse_vllm_json),
@@ -55,7 +56,8 @@ def format_names() -> list[str]:
     return sorted(_formats())
 
 
-def parse_text(text: str, fmt: str | None = None, marker: str = "ALL_DONE") -> ParsedRun:
+def parse_text(text: str, fmt: str | None = None, marker: str = "ALL_DONE", **options: Any) -> ParsedRun:
+    """Parse ``text`` as ``fmt`` (detected when None); ``options`` go to the format (generic: patterns)."""
     formats = _formats()
     if fmt is None:
         found = [name for name, (detect, _) in formats.items() if detect(text)]
@@ -64,4 +66,4 @@ def parse_text(text: str, fmt: str | None = None, marker: str = "ALL_DONE") -> P
         fmt = found[0]
     if fmt not in formats:
         raise ParseError(f"unknown format {fmt!r} (known: {', '.join(sorted(formats))})")
-    return formats[fmt][1](text, marker=marker)
+    return formats[fmt][1](text, marker=marker, **options)

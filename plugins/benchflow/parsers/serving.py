@@ -130,13 +130,17 @@ def parse_log(text: str, marker: str = "ALL_DONE") -> ParsedRun:
     block: dict[str, Any] | None = None
     block_line = prefix_len = 0
     complete = False
+    empty_phases: list[str] = []  # phases whose client printed no result block (a failed phase)
+    phase_rows = 0
     for number_, line in enumerate(text.splitlines(), start=1):
         if block is None:
             if line.strip() == marker:
                 complete = True
                 break
             if match := PHASE_RE.search(line):
-                phase = (match["config"], int(match["c"]), int(match["n"]))
+                if phase is not None and phase_rows == 0:
+                    empty_phases.append(f"{phase[0]} concurrency={phase[1]}")
+                phase, phase_rows = (match["config"], int(match["c"]), int(match["n"])), 0
             elif match := BLOCK_START_RE.search(line):
                 block = _empty_row(*(phase or (None, None, None)))
                 block_line, prefix_len = number_, match.start()
@@ -145,6 +149,7 @@ def parse_log(text: str, marker: str = "ALL_DONE") -> ParsedRun:
         if BLOCK_END_RE.match(body):
             rows.append(_finish(block))
             block = None
+            phase_rows += 1
             continue
         if SECTION_RE.match(body) or not body.strip():
             continue
@@ -154,6 +159,11 @@ def parse_log(text: str, marker: str = "ALL_DONE") -> ParsedRun:
         _assign(block, found["label"], found["value"], number_, line, warnings)
     if block is not None:
         warnings.append(f"line {block_line}: result block cut off before its closing rule; dropped")
+    if complete and phase is not None and phase_rows == 0:
+        empty_phases.append(f"{phase[0]} concurrency={phase[1]}")
+    if empty_phases:
+        complete = False
+        warnings.append(f"phases without a result: {', '.join(empty_phases)}")
     if phase is None and not complete:
         # a client's own output (no sweep driver, so no marker): complete when no block was cut off
         complete = bool(rows) and block is None
