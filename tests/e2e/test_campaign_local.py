@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,7 +17,8 @@ import pytest
 
 from benchflow import remote
 from benchflow.warehouse import Warehouse
-from tests.conftest import FIXTURES, PROJECT_ROOT, live_group_members
+from tests.conftest import live_group_members
+from tests.e2e.conftest import campaign_dags, run_dag
 
 pytestmark = pytest.mark.e2e
 
@@ -65,37 +65,11 @@ CAMPAIGNS = {
 
 @pytest.fixture(scope="module")
 def campaigns(tmp_path_factory, airflow_db):
-    root = tmp_path_factory.mktemp("campaigns")
-    (root / "specs").mkdir()
-    for name, text in CAMPAIGNS.items():
-        (root / "specs" / f"{name}.yaml").write_text(text)
-    shutil.copytree(PROJECT_ROOT / "kernels" / "moe", root / "kernels" / "moe")
-    shutil.copytree(FIXTURES / "payloads" / "fault", root / "kernels" / "fault")
-    saved = {k: os.environ.get(k) for k in ("BENCH_CAMPAIGNS_DIR", "BENCH_KERNELS_DIR")}
-    os.environ["BENCH_CAMPAIGNS_DIR"] = str(root / "specs")
-    os.environ["BENCH_KERNELS_DIR"] = str(root / "kernels")
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags" / "campaigns.py"))
-    assert bag.import_errors == {}
-    yield bag
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    with campaign_dags(tmp_path_factory.mktemp("campaigns"), CAMPAIGNS) as bag:
+        yield bag
 
 
-def run(bag, name):
-    """Run a campaign; return (run id, state, {task_id: state})."""
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
-
-    dag_run = bag.get_dag(f"bench_{name}").test()
-    with create_session() as session:
-        tis = session.query(TaskInstance).filter_by(dag_id=f"bench_{name}", run_id=dag_run.run_id).all()
-        states = {ti.task_id: str(ti.state) for ti in tis}
-    return dag_run.run_id, str(dag_run.state), states
+run = run_dag
 
 
 def host_workdir(var_dir: Path) -> Path:

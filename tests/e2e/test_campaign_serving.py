@@ -3,7 +3,6 @@ the load generator, on the local host and over SSH; and a server that dies befor
 
 from __future__ import annotations
 
-import os
 import textwrap
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 from benchflow import remote
 from benchflow.warehouse import Warehouse
 from tests.conftest import PROJECT_ROOT, live_group_members
+from tests.e2e.conftest import campaign_dags, run_dag
 
 pytestmark = pytest.mark.e2e
 
@@ -49,33 +49,13 @@ BROKEN = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def bag(tmp_path_factory, airflow_db, sshd):
-    root = tmp_path_factory.mktemp("serving")
-    specs = root / "specs"
-    specs.mkdir()
-    (specs / "serving_local.yaml").write_text(SPEC)
-    (specs / "serving_local_ssh.yaml").write_text(SPEC.replace("host: local", "host: gpu_loopback"))
-    (specs / "serving_broken.yaml").write_text(BROKEN)
-    saved = os.environ.get("BENCH_CAMPAIGNS_DIR")
-    os.environ["BENCH_CAMPAIGNS_DIR"] = str(specs)
-    from airflow.dag_processing.dagbag import DagBag
-
-    dagbag = DagBag(dag_folder=str(PROJECT_ROOT / "dags" / "campaigns.py"))
-    assert dagbag.import_errors == {}
-    yield dagbag
-    if saved is None:
-        os.environ.pop("BENCH_CAMPAIGNS_DIR", None)
-    else:
-        os.environ["BENCH_CAMPAIGNS_DIR"] = saved
+    specs = {"serving_local": SPEC, "serving_local_ssh": SPEC.replace("host: local", "host: gpu_loopback"),
+             "serving_broken": BROKEN}  # fmt: skip
+    with campaign_dags(tmp_path_factory.mktemp("serving"), specs) as dags:
+        yield dags
 
 
-def run(bag, name):
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
-
-    dag_run = bag.get_dag(f"bench_{name}").test()
-    with create_session() as session:
-        tis = session.query(TaskInstance).filter_by(dag_id=f"bench_{name}", run_id=dag_run.run_id).all()
-        return dag_run.run_id, str(dag_run.state), {ti.task_id: str(ti.state) for ti in tis}
+run = run_dag
 
 
 def serving_rows(run_id):

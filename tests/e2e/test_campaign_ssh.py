@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import pytest
 from benchflow import remote
 from benchflow.warehouse import Warehouse
 from tests.conftest import FIXTURES, PROJECT_ROOT, live_group_members
+from tests.e2e.conftest import campaign_dags, run_dag
 
 pytestmark = pytest.mark.e2e
 
@@ -57,36 +57,12 @@ CAMPAIGNS = {
 
 @pytest.fixture(scope="module")
 def bag(tmp_path_factory, airflow_db, sshd):
-    root = tmp_path_factory.mktemp("ssh-campaigns")
-    (root / "specs").mkdir()
-    shutil.copy(PROJECT_ROOT / "include" / "campaigns" / "moe_kernel_ssh.yaml", root / "specs")
-    for name, text in CAMPAIGNS.items():
-        (root / "specs" / f"{name}.yaml").write_text(text)
-    shutil.copytree(PROJECT_ROOT / "kernels" / "moe", root / "kernels" / "moe")
-    shutil.copytree(FIXTURES / "payloads" / "fault", root / "kernels" / "fault")
-    saved = {k: os.environ.get(k) for k in ("BENCH_CAMPAIGNS_DIR", "BENCH_KERNELS_DIR")}
-    os.environ["BENCH_CAMPAIGNS_DIR"] = str(root / "specs")
-    os.environ["BENCH_KERNELS_DIR"] = str(root / "kernels")
-    from airflow.dag_processing.dagbag import DagBag
-
-    dagbag = DagBag(dag_folder=str(PROJECT_ROOT / "dags" / "campaigns.py"))
-    assert dagbag.import_errors == {}
-    yield dagbag
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    shipped = (PROJECT_ROOT / "include" / "campaigns" / "moe_kernel_ssh.yaml").read_text()
+    with campaign_dags(tmp_path_factory.mktemp("ssh-campaigns"), {**CAMPAIGNS, "moe_kernel_ssh": shipped}) as dags:
+        yield dags
 
 
-def run(bag, name):
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
-
-    dag_run = bag.get_dag(f"bench_{name}").test()
-    with create_session() as session:
-        tis = session.query(TaskInstance).filter_by(dag_id=f"bench_{name}", run_id=dag_run.run_id).all()
-        return dag_run.run_id, str(dag_run.state), {ti.task_id: str(ti.state) for ti in tis}
+run = run_dag
 
 
 def when_rows(sshd, name: str, rows: int, action, timeout: float = 120):

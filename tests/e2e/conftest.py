@@ -1,0 +1,53 @@
+"""Helpers for whole-DAG tests: a campaigns folder of the test's own specs, and one run of a DAG."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import FIXTURES, PROJECT_ROOT
+
+PAYLOADS = {"moe": PROJECT_ROOT / "kernels" / "moe", "serving": PROJECT_ROOT / "kernels" / "serving",
+            "fault": FIXTURES / "payloads" / "fault"}  # fmt: skip
+
+
+@contextmanager
+def campaign_dags(root: Path, specs: dict[str, str]) -> Iterator[Any]:
+    """Write ``specs`` (name → YAML) into ``root``, point the DAG folder at them and at the test payloads,
+    and yield the DagBag that ``dags/campaigns.py`` builds from them."""
+    (root / "specs").mkdir(parents=True)
+    for name, text in specs.items():
+        (root / "specs" / f"{name}.yaml").write_text(text)
+    for name, source in PAYLOADS.items():
+        shutil.copytree(source, root / "kernels" / name)
+    saved = {k: os.environ.get(k) for k in ("BENCH_CAMPAIGNS_DIR", "BENCH_KERNELS_DIR")}
+    os.environ["BENCH_CAMPAIGNS_DIR"] = str(root / "specs")
+    os.environ["BENCH_KERNELS_DIR"] = str(root / "kernels")
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+
+        bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags" / "campaigns.py"))
+        assert bag.import_errors == {}
+        assert {f"bench_{name}" for name in specs} <= set(bag.dags)
+        yield bag
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def run_dag(bag: Any, name: str) -> tuple[str, str, dict[str, str]]:
+    """Run ``bench_<name>`` with ``dag.test()``; return its run id, state and every task's state."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    dag_run = bag.get_dag(f"bench_{name}").test()
+    with create_session() as session:
+        tis = session.query(TaskInstance).filter_by(dag_id=f"bench_{name}", run_id=dag_run.run_id).all()
+        return dag_run.run_id, str(dag_run.state), {ti.task_id: str(ti.state) for ti in tis}
