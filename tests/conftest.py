@@ -19,6 +19,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 PG_DSN = os.environ.get("BENCH_TEST_PG", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
 TEST_DB = f"benchflow_test_{os.getpid()}"
+PG_URI = f"postgresql://postgres@127.0.0.1:5432/{TEST_DB}"
 VAR = Path(tempfile.mkdtemp(prefix="benchflow-test-"))
 
 os.environ.update(

@@ -126,7 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if len(run):
         print(f"warehouse status: {run.iloc[0]['status']} ({run.iloc[0]['rows_loaded']} rows) {run.iloc[0]['detail']}")
     print(rows.to_string(index=False) if len(rows) else "(no rows loaded)")
-    print(f"warehouse: {warehouse.path}")
+    print(f"warehouse: {warehouse.location}")
     print(f"timing: set-up {setup_s:.1f} s, whole run {total_s - setup_s:.1f} s")
     return 0 if state.lower().endswith("success") else 1
 
@@ -138,7 +138,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     try:
         frame = warehouse.query(args.query)
     except Exception as exc:  # duckdb's errors share no base class worth naming here
-        print(f"{warehouse.path}: {exc}", file=sys.stderr)
+        print(f"{warehouse.location}: {exc}", file=sys.stderr)
         return 1
     print(frame.to_string(index=False) if len(frame) else "(no rows)")
     return 0

@@ -200,8 +200,8 @@ def build_dag(spec: CampaignSpec) -> DAG:
             warehouse = Warehouse()
             record = run_record(spec, context, parsed["status"], parsed["detail"])
             loaded = load_rows(warehouse, record, kind, Path(parsed["dir"]))
-            print(f"loaded {loaded} rows of run {record.run_id} ({record.status}) into {warehouse.path}")
-            return {"status": record.status, "rows": loaded, "detail": record.detail, "warehouse": str(warehouse.path)}
+            print(f"loaded {loaded} rows of run {record.run_id} ({record.status}) into {warehouse.location}")
+            return {"status": record.status, "rows": loaded, "detail": record.detail, "warehouse": warehouse.location}
 
         @task(trigger_rule=TriggerRule.ALL_DONE)
         def verdict(**context: Any) -> None:

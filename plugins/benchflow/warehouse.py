@@ -7,6 +7,7 @@ replaces and a crash mid-load leaves the previous state.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -53,22 +54,6 @@ def default_path() -> Path:
     return var_dir() / "warehouse.duckdb"
 
 
-def resolve_path() -> Path:
-    """The DuckDB file: from the Airflow connection ``bench_warehouse`` when defined, else var/."""
-    conn = _lookup_connection()
-    if conn is None:
-        return default_path()
-    if conn.conn_type != "duckdb":
-        raise ValueError(
-            f"connection {CONN_ID!r} has type {conn.conn_type!r}; this release loads into DuckDB only "
-            "(conn_type 'duckdb', the file path in 'host' or extra 'path')"
-        )
-    path = conn.extra_dejson.get("path") or conn.host
-    if not path:
-        raise ValueError(f"connection {CONN_ID!r} names no DuckDB file (set 'host' or extra 'path')")
-    return Path(path)
-
-
 def _lookup_connection() -> Any:
     if os.environ.get(f"AIRFLOW_CONN_{CONN_ID.upper()}") is None and not _in_task():
         return None
@@ -90,37 +75,188 @@ def _in_task() -> bool:
     return SUPERVISOR_COMMS is not None
 
 
+class _Session:
+    """One open connection: the few operations the warehouse needs, in either dialect.
+
+    SQL is written once with ``?`` placeholders; PostgreSQL gets ``%s``.
+    """
+
+    def __init__(self, con: Any, dialect: str):
+        self.con, self.dialect = con, dialect
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", "%s") if self.dialect == "postgres" else sql
+
+    def execute(self, sql: str, params: list[Any] | None = None) -> None:
+        if self.dialect == "postgres":
+            with self.con.cursor() as cur:
+                cur.execute(self._sql(sql), params)
+        else:
+            self.con.execute(sql, params or [])
+
+    def executemany(self, sql: str, rows: list[list[Any]]) -> None:
+        if self.dialect == "postgres":
+            with self.con.cursor() as cur:
+                cur.executemany(self._sql(sql), rows)
+        else:
+            self.con.executemany(sql, rows)
+
+    def fetchall(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+        if self.dialect == "postgres":
+            with self.con.cursor() as cur:
+                cur.execute(self._sql(sql), params)
+                return list(cur.fetchall())
+        return list(self.con.execute(sql, params or []).fetchall())
+
+    def frame(self, sql: str, params: list[Any] | None = None) -> Any:
+        import pandas as pd
+
+        if self.dialect == "duckdb":
+            return self.con.execute(sql, params or []).df()
+        with self.con.cursor() as cur:
+            cur.execute(self._sql(sql), params)
+            columns = [c.name for c in cur.description] if cur.description else []
+            return pd.DataFrame.from_records(cur.fetchall(), columns=columns)
+
+    def begin(self) -> None:
+        if self.dialect == "duckdb":
+            self.con.execute("BEGIN TRANSACTION")  # psycopg opens one with the first statement
+
+    def commit(self) -> None:
+        self.con.commit() if self.dialect == "postgres" else self.con.execute("COMMIT")
+
+    def rollback(self) -> None:
+        self.con.rollback() if self.dialect == "postgres" else self.con.execute("ROLLBACK")
+
+    def insert_frame(self, table: str, columns: tuple[str, ...], frame: Any, key: list[Any]) -> None:
+        """Bulk-insert ``frame`` (its ``columns``) after the key columns ``(dag_id, run_id) = key``,
+        through a staging table: DuckDB reads the frame in place, PostgreSQL gets it by ``COPY``."""
+        cols = ", ".join(columns)
+        if self.dialect == "duckdb":
+            self.con.register("staging_rows", frame)
+            try:
+                self.con.execute(
+                    f"INSERT INTO {table} (dag_id, run_id, {cols}) SELECT ?, ?, {cols} FROM staging_rows", key
+                )
+            finally:
+                with contextlib.suppress(Exception):  # fails inside an aborted transaction; the error above counts
+                    self.con.unregister("staging_rows")
+            return
+        import io
+
+        staging = f"staging_{table}"
+        buffer = io.StringIO()
+        frame.to_csv(buffer, columns=list(columns), header=False, index=False, na_rep="\\N")
+        with self.con.cursor() as cur:
+            cur.execute(f"CREATE TEMP TABLE {staging} (LIKE {table} INCLUDING DEFAULTS) ON COMMIT DROP")
+            cur.execute(f"ALTER TABLE {staging} ALTER COLUMN dag_id DROP NOT NULL, ALTER COLUMN run_id DROP NOT NULL")
+            with cur.copy(f"COPY {staging} ({cols}) FROM STDIN WITH (FORMAT csv, NULL '\\N')") as copy:
+                copy.write(buffer.getvalue())
+            cur.execute(
+                f"INSERT INTO {table} (dag_id, run_id, {cols}) SELECT %s, %s, {cols} FROM {staging}", key
+            )
+            cur.execute(f"DROP TABLE {staging}")
+
+
 class Warehouse:
-    def __init__(self, path: Path | None = None):
-        self.path = Path(path or resolve_path())
+    """The results tables, in a DuckDB file (``path``) or a PostgreSQL database (``postgres``: an Airflow
+    connection id, or a libpq URI in tests and benchmarks). ``Warehouse()`` picks what the Airflow
+    connection ``bench_warehouse`` names, else ``var/warehouse.duckdb``."""
+
+    def __init__(
+        self, path: Path | None = None, *, postgres: str | None = None, search_path: str | None = None
+    ) -> None:
+        self.search_path = search_path
+        self.postgres: str | None = postgres
+        self.path: Path | None = None
+        if postgres is None and path is None:
+            conn = _lookup_connection()
+            if conn is not None and conn.conn_type in ("postgres", "postgresql"):
+                self.postgres = CONN_ID
+                self.search_path = search_path or conn.extra_dejson.get("search_path")
+            elif conn is not None and conn.conn_type == "duckdb":
+                located = conn.extra_dejson.get("path") or conn.host
+                if not located:
+                    raise ValueError(f"connection {CONN_ID!r} names no DuckDB file (set 'host' or extra 'path')")
+                self.path = Path(located)
+            elif conn is not None:
+                raise ValueError(
+                    f"connection {CONN_ID!r} has type {conn.conn_type!r}; use 'postgres' or 'duckdb'"
+                )
+            else:
+                self.path = default_path()
+        elif postgres is None:
+            self.path = Path(path)  # type: ignore[arg-type]
+        self.dialect = "postgres" if self.postgres else "duckdb"
+
+    @property
+    def location(self) -> str:
+        if self.postgres:
+            where = f"postgres:{self.postgres.split('@')[-1]}"
+            return where + (f" (schema {self.search_path})" if self.search_path else "")
+        return str(self.path)
+
+    def _connect(self) -> Any:
+        if self.dialect == "duckdb":
+            import duckdb
+
+            assert self.path is not None
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return duckdb.connect(str(self.path))
+        assert self.postgres is not None
+        con: Any
+        if "://" in self.postgres or "=" in self.postgres:
+            import psycopg
+
+            con = psycopg.connect(self.postgres)
+        else:
+            from airflow.providers.postgres.hooks.postgres import PostgresHook
+
+            con = PostgresHook(postgres_conn_id=self.postgres).get_conn()
+        if self.search_path:
+            with con.cursor() as cur:
+                cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.search_path}"')
+                cur.execute(f'SET search_path TO "{self.search_path}"')
+            con.commit()
+        return con
 
     @contextmanager
-    def connect(self) -> Iterator[Any]:
-        import duckdb
-
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        con = duckdb.connect(str(self.path))
+    def session(self) -> Iterator[_Session]:
+        con = self._connect()
         try:
-            self._migrate(con)
-            yield con
+            session = _Session(con, self.dialect)
+            self._migrate(session)
+            yield session
         finally:
             con.close()
 
+    @contextmanager
+    def transaction(self) -> Iterator[_Session]:
+        """All or nothing: a crash or error inside leaves the previous state."""
+        with self.session() as session:
+            session.begin()
+            try:
+                yield session
+            except BaseException:
+                session.rollback()
+                raise
+            session.commit()
+
     @staticmethod
-    def _migrate(con: Any) -> None:
-        con.execute(
+    def _migrate(session: _Session) -> None:
+        session.begin()
+        session.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations "
             "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMP WITH TIME ZONE NOT NULL)"
         )
-        done = {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
+        done = {row[0] for row in session.fetchall("SELECT version FROM schema_migrations")}
         for script in sorted(SQL_DIR.glob("[0-9][0-9][0-9][0-9]_*.sql")):
             version = int(script.name[:4])
-            if version in done:
-                continue
-            con.execute("BEGIN TRANSACTION")
-            con.execute(script.read_text())
-            con.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", [version, script.name, _now()])
-            con.execute("COMMIT")
+            if version not in done:
+                for statement in _statements(script.read_text()):
+                    session.execute(statement)
+                session.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", [version, script.name, _now()])
+        session.commit()
 
     def load(self, run: RunRecord, kind: str, rows: list[dict[str, Any]]) -> int:
         """Replace the run's record and its result rows in one transaction; returns rows loaded."""
@@ -129,23 +265,11 @@ class Warehouse:
         table, columns = RESULT_TABLES[kind]
         frame = pd.DataFrame.from_records(rows, columns=list(columns))
         run.rows_loaded = len(frame)
-        with self.connect() as con:
-            con.execute("BEGIN TRANSACTION")
-            try:
-                self._put_run(con, run)
-                con.execute(f"DELETE FROM {table} WHERE dag_id = ? AND run_id = ?", [run.dag_id, run.run_id])
-                if len(frame):
-                    con.register("staging_rows", frame)
-                    cols = ", ".join(columns)
-                    con.execute(
-                        f"INSERT INTO {table} (dag_id, run_id, {cols}) SELECT ?, ?, {cols} FROM staging_rows",
-                        [run.dag_id, run.run_id],
-                    )
-                    con.unregister("staging_rows")
-                con.execute("COMMIT")
-            except Exception:
-                con.execute("ROLLBACK")
-                raise
+        with self.transaction() as tx:
+            self._put_run(tx, run)
+            tx.execute(f"DELETE FROM {table} WHERE dag_id = ? AND run_id = ?", [run.dag_id, run.run_id])
+            if len(frame):
+                tx.insert_frame(table, columns, frame, [run.dag_id, run.run_id])
         return run.rows_loaded
 
     def quarantine(self, run: RunRecord, kind: str, rows: list[dict[str, Any]], reasons: dict[int, list[str]],
@@ -159,32 +283,24 @@ class Warehouse:
             for n, row in enumerate(rows)
         ]  # fmt: skip
         run.rows_loaded = 0
-        with self.connect() as con:
-            con.execute("BEGIN TRANSACTION")
-            try:
-                self._put_run(con, run)
-                con.execute(f"DELETE FROM {table} WHERE dag_id = ? AND run_id = ?", [run.dag_id, run.run_id])
-                con.execute(
-                    "DELETE FROM quarantine WHERE dag_id = ? AND run_id = ? AND result_kind = ?",
-                    [run.dag_id, run.run_id, kind],
-                )
-                if records:
-                    con.executemany("INSERT INTO quarantine VALUES (?, ?, ?, ?, ?, ?, ?)", records)
-                con.execute("COMMIT")
-            except Exception:
-                con.execute("ROLLBACK")
-                raise
+        with self.transaction() as tx:
+            self._put_run(tx, run)
+            tx.execute(f"DELETE FROM {table} WHERE dag_id = ? AND run_id = ?", [run.dag_id, run.run_id])
+            tx.execute(
+                "DELETE FROM quarantine WHERE dag_id = ? AND run_id = ? AND result_kind = ?",
+                [run.dag_id, run.run_id, kind],
+            )
+            if records:
+                tx.executemany("INSERT INTO quarantine VALUES (?, ?, ?, ?, ?, ?, ?)", records)
 
     def record_run(self, run: RunRecord) -> None:
-        with self.connect() as con:
-            con.execute("BEGIN TRANSACTION")
-            self._put_run(con, run)
-            con.execute("COMMIT")
+        with self.transaction() as tx:
+            self._put_run(tx, run)
 
     @staticmethod
-    def _put_run(con: Any, run: RunRecord) -> None:
-        con.execute("DELETE FROM runs WHERE dag_id = ? AND run_id = ?", [run.dag_id, run.run_id])
-        con.execute(
+    def _put_run(tx: _Session, run: RunRecord) -> None:
+        tx.execute("DELETE FROM runs WHERE dag_id = ? AND run_id = ?", [run.dag_id, run.run_id])
+        tx.execute(
             "INSERT INTO runs (dag_id, run_id, campaign, host, payload_sha256, spec_hash, status, started_at,"
             " ended_at, rows_loaded, host_facts, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [run.dag_id, run.run_id, run.campaign, run.host, run.payload_sha256, run.spec_hash, run.status,
@@ -194,8 +310,14 @@ class Warehouse:
 
     def query(self, sql: str, params: list[Any] | None = None) -> Any:
         """Run a read query and return a pandas DataFrame."""
-        with self.connect() as con:
-            return con.execute(sql, params or []).df()
+        with self.session() as session:
+            return session.frame(sql, params)
+
+
+def _statements(script: str) -> list[str]:
+    """A migration file's statements (they hold no ';' inside literals)."""
+    body = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("--"))
+    return [s.strip() for s in body.split(";") if s.strip()]
 
 
 def _now() -> datetime:
