@@ -48,12 +48,18 @@ def _seconds(value: float) -> timedelta:
 
 def run_record(spec: CampaignSpec, context: Any, status: str, detail: str = "") -> Any:
     """The ``runs`` row of the current DAG run, from what earlier tasks returned."""
+    from benchflow.paths import project_git_sha
     from benchflow.warehouse import RunRecord
 
     ti = context["ti"]
     deployed = ti.xcom_pull(task_ids="deploy_payload") or {}
     dag_run = context["dag_run"]
+    run_type = getattr(dag_run, "run_type", None)
     return RunRecord(
+        logical_date=getattr(dag_run, "logical_date", None),
+        run_type=str(getattr(run_type, "value", run_type)) if run_type is not None else None,
+        conf=dict(getattr(dag_run, "conf", None) or {}),
+        git_sha=project_git_sha(),
         dag_id=spec.dag_id,
         run_id=context["run_id"],
         campaign=spec.name,
@@ -186,9 +192,11 @@ def build_dag(spec: CampaignSpec) -> DAG:
                 return {"success": True, "summary": "no rows to validate"}
             outcome = validate_rows(kind, rows, **suite_params)
             print(outcome.summary())
+            warehouse = Warehouse()
+            record = run_record(spec, context, parsed["status"] if outcome.success else "invalid", outcome.summary())
+            warehouse.record_validation(record, kind, outcome.success, outcome.evaluated, outcome.failed, len(rows))
             if not outcome.success:
-                record = run_record(spec, context, "invalid", outcome.summary())
-                Warehouse().quarantine(record, kind, rows, outcome.row_reasons, outcome.summary())
+                warehouse.quarantine(record, kind, rows, outcome.row_reasons, outcome.summary())
                 raise AirflowFailException(f"{outcome.summary()}\n{len(rows)} rows quarantined, none loaded")
             return {"success": True, "summary": outcome.summary()}
 
@@ -202,6 +210,24 @@ def build_dag(spec: CampaignSpec) -> DAG:
             loaded = load_rows(warehouse, record, kind, Path(parsed["dir"]))
             print(f"loaded {loaded} rows of run {record.run_id} ({record.status}) into {warehouse.location}")
             return {"status": record.status, "rows": loaded, "detail": record.detail, "warehouse": warehouse.location}
+
+        @task
+        def detect_regressions(loaded: dict[str, Any], **context: Any) -> dict[str, Any]:
+            from benchflow.regressions import Thresholds, detect, notify
+            from benchflow.warehouse import Warehouse
+
+            warehouse = Warehouse()
+            gpu = warehouse.query("SELECT gpu_model FROM runs WHERE dag_id = ? AND run_id = ?",
+                                  [spec.dag_id, context["run_id"]])["gpu_model"]  # fmt: skip
+            limits = spec.regressions.for_gpu(str(gpu.iloc[0]) if len(gpu) else "none")
+            thresholds = Thresholds(limits.lookback, limits.min_runs, limits.z_threshold, limits.min_change)
+            findings = detect(warehouse, spec.dag_id, context["run_id"], thresholds)
+            for f in findings:
+                print(f"REGRESSION {f.case_key} {f.metric}: {f.value:.4g} vs baseline {f.baseline_mean:.4g} "
+                      f"({f.relative_change:+.1%}, z={f.z_score:.1f}, {f.baseline_runs} runs)")  # fmt: skip
+            print(f"{len(findings)} regressions against the baseline ({thresholds})")
+            notify(spec.regressions.notify, spec.dag_id, context["run_id"], findings)
+            return {"regressions": len(findings)}
 
         @task(trigger_rule=TriggerRule.ALL_DONE)
         def verdict(**context: Any) -> None:
@@ -219,5 +245,5 @@ def build_dag(spec: CampaignSpec) -> DAG:
         restore.as_teardown(setups=stop, on_failure_fail_dagrun=True)
         parsed = parse(fetch.output)  # type: ignore[arg-type]  # TaskFlow passes XComArgs
         loaded = load(parsed, validate(parsed))  # type: ignore[arg-type]
-        loaded >> verdict()
+        detect_regressions(loaded) >> verdict()  # type: ignore[arg-type]
     return dag

@@ -26,6 +26,20 @@ def var_dir() -> Path:
     return Path(os.environ.get("BENCH_VAR_DIR", PROJECT_ROOT / "var")).resolve()
 
 
+def project_git_sha() -> str | None:
+    """The commit of this project that runs a campaign (``BENCH_GIT_SHA`` where the image has no .git)."""
+    if sha := os.environ.get("BENCH_GIT_SHA"):
+        return sha
+    import subprocess
+
+    try:
+        result = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=10, check=False)  # fmt: skip
+    except OSError:
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
 def artifacts_dir(dag_id: str, run_key: str) -> Path:
     """Fetched result files of one DAG run, shared by the tasks that parse, validate and load them."""
     return var_dir() / "artifacts" / dag_id / run_key

@@ -154,6 +154,27 @@ class Timeouts(_Model):
     poke_interval: float = Field(default=5, gt=0, le=300)
 
 
+class RegressionLimits(_Model):
+    """When a metric counts as regressed (see :mod:`benchflow.regressions`)."""
+
+    lookback: int = Field(default=14, ge=2, le=365, description="previous valid scheduled runs in the baseline")
+    min_runs: int = Field(default=5, ge=2, description="no verdict with a shorter history")
+    z_threshold: float = Field(default=2.5, gt=0)
+    min_change: float = Field(default=0.05, ge=0, lt=1, description="relative, e.g. 0.05 = 5%")
+
+
+class Regressions(RegressionLimits):
+    by_gpu: dict[Annotated[str, StringConstraints(max_length=100)], RegressionLimits] = Field(
+        default_factory=dict, description="overrides keyed by GPU model, as nvidia-smi names it"
+    )
+    notify: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")] | None = Field(
+        default=None, description="module:function called with (dag_id, run_id, findings)"
+    )
+
+    def for_gpu(self, model: str) -> RegressionLimits:
+        return self.by_gpu.get(model, self)
+
+
 class CampaignSpec(_Model):
     name: Ident
     description: Line = ""
@@ -168,6 +189,7 @@ class CampaignSpec(_Model):
     configs: list[ServingConfig] = Field(default_factory=list, description="serving: run one after another")
     benchmark: Benchmark
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    regressions: Regressions = Field(default_factory=Regressions)
 
     @model_validator(mode="after")
     def _kind_fits(self) -> CampaignSpec:

@@ -44,6 +44,18 @@ class RunRecord:
     rows_loaded: int = 0
     host_facts: dict[str, Any] = field(default_factory=dict)
     detail: str = ""
+    logical_date: datetime | None = None
+    run_type: str | None = None
+    conf: dict[str, Any] = field(default_factory=dict)
+    git_sha: str | None = None
+
+    def gpu(self) -> tuple[str, int, str | None]:
+        """(model, count, driver) from the preflight facts; ('none', 0, None) on a CPU host."""
+        first = str(self.host_facts.get("gpu", "none")).split("; ")[0]
+        if first in ("", "none"):
+            return "none", 0, None
+        parts = [p.strip() for p in first.split(",")]
+        return parts[0], int(self.host_facts.get("gpu_count", 1)), parts[1] if len(parts) > 1 else None
 
     def __post_init__(self) -> None:
         if self.status not in RUN_STATUSES:
@@ -144,9 +156,18 @@ class _Session:
             return
         import io
 
+        import numpy as np
+
         staging = f"staging_{table}"
+        frame = frame[list(columns)].copy()
+        for column in frame.columns:  # 1125.0 → 1125, so INTEGER columns take what NaN made a float
+            values = frame[column]
+            if values.dtype.kind == "f":
+                known = values.dropna()
+                if np.isfinite(known).all() and (known == np.round(known)).all():
+                    frame[column] = values.astype("Int64")
         buffer = io.StringIO()
-        frame.to_csv(buffer, columns=list(columns), header=False, index=False, na_rep="\\N")
+        frame.to_csv(buffer, header=False, index=False, na_rep="\\N")
         with self.con.cursor() as cur:
             cur.execute(f"CREATE TEMP TABLE {staging} (LIKE {table} INCLUDING DEFAULTS) ON COMMIT DROP")
             cur.execute(f"ALTER TABLE {staging} ALTER COLUMN dag_id DROP NOT NULL, ALTER COLUMN run_id DROP NOT NULL")
@@ -256,6 +277,8 @@ class Warehouse:
                 for statement in _statements(script.read_text()):
                     session.execute(statement)
                 session.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", [version, script.name, _now()])
+        for statement in _statements((SQL_DIR / "views.sql").read_text()):
+            session.execute(statement)
         session.commit()
 
     def load(self, run: RunRecord, kind: str, rows: list[dict[str, Any]]) -> int:
@@ -300,13 +323,32 @@ class Warehouse:
     @staticmethod
     def _put_run(tx: _Session, run: RunRecord) -> None:
         tx.execute("DELETE FROM runs WHERE dag_id = ? AND run_id = ?", [run.dag_id, run.run_id])
+        model, count, driver = run.gpu()
+        facts = run.host_facts
+        versions = {k: facts[k] for k in ("python", "torch", "os") if k in facts}
         tx.execute(
             "INSERT INTO runs (dag_id, run_id, campaign, host, payload_sha256, spec_hash, status, started_at,"
-            " ended_at, rows_loaded, host_facts, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " ended_at, rows_loaded, host_facts, detail, logical_date, run_type, conf, gpu_model, gpu_count,"
+            " gpu_driver, cuda, git_sha, versions)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [run.dag_id, run.run_id, run.campaign, run.host, run.payload_sha256, run.spec_hash, run.status,
-             run.started_at, run.ended_at, run.rows_loaded, json.dumps(run.host_facts, sort_keys=True),
-             run.detail],
+             run.started_at, run.ended_at, run.rows_loaded, json.dumps(facts, sort_keys=True), run.detail,
+             run.logical_date, run.run_type, json.dumps(run.conf, sort_keys=True, default=str), model, count,
+             driver, facts.get("cuda") if facts.get("cuda") not in (None, "None") else "none", run.git_sha,
+             json.dumps(versions, sort_keys=True)],
         )  # fmt: skip
+
+    def record_validation(self, run: RunRecord, suite: str, success: bool, evaluated: int, failures: list[str],
+                          rows_checked: int) -> None:  # fmt: skip
+        """Keep every validation's outcome (a rerun of the same suite on the same run replaces it)."""
+        with self.transaction() as tx:
+            tx.execute("DELETE FROM validations WHERE dag_id = ? AND run_id = ? AND suite = ?",
+                       [run.dag_id, run.run_id, suite])  # fmt: skip
+            tx.execute(
+                "INSERT INTO validations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [run.dag_id, run.run_id, suite, success, evaluated, len(failures), rows_checked,
+                 json.dumps(failures), _now()],
+            )  # fmt: skip
 
     def query(self, sql: str, params: list[Any] | None = None) -> Any:
         """Run a read query and return a pandas DataFrame."""
@@ -315,8 +357,8 @@ class Warehouse:
 
 
 def _statements(script: str) -> list[str]:
-    """A migration file's statements (they hold no ';' inside literals)."""
-    body = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("--"))
+    """A migration file's statements, comments removed (the files hold no ';' or '--' inside literals)."""
+    body = "\n".join(line.split("--", 1)[0] for line in script.splitlines())
     return [s.strip() for s in body.split(";") if s.strip()]
 
 

@@ -114,6 +114,12 @@ def test_healthy_campaign_loads_validated_rows_matching_the_jsonl(campaigns, var
     assert record["status"] == "ok" and record["rows_loaded"] == 4 and record["campaign"] == "e2e_moe"
     assert len(record["payload_sha256"]) == 64 and len(record["spec_hash"]) == 64
     assert json.loads(record["host_facts"])["gpu"] == "none"
+    assert (record["gpu_model"], record["gpu_count"], record["cuda"]) == ("none", 0, "none")
+    assert record["run_type"] == "manual" and len(record["git_sha"]) == 40 and record["regressions"] == 0
+    assert json.loads(record["versions"])["torch"].startswith("2.")
+    validation = Warehouse().query("SELECT suite, success, failed, rows_checked FROM validations WHERE run_id = ?",
+                                   [run_id]).to_dict("records")  # fmt: skip
+    assert validation == [{"suite": "kernel_sweep", "success": True, "failed": 0, "rows_checked": 4}]
 
     # Rerun the load task of the same run, as `airflow tasks test` does after a clear: no new rows.
     env = {**os.environ}
@@ -167,6 +173,8 @@ def test_invalid_rows_are_quarantined_and_fail_the_run(campaigns, var_dir, capfd
     assert quarantined["row_number"].tolist() == [0, 1, 2]
     assert "tok_per_s_rel_err" in quarantined["reason"][1]
     assert run_row(run_id)["status"] == "invalid"
+    failed = Warehouse().query("SELECT success, failures FROM validations WHERE run_id = ?", [run_id])
+    assert not failed["success"][0] and "tok_per_s_rel_err" in failed["failures"][0]
     assert services_log(var_dir) == ["stopped", "started"]
 
 

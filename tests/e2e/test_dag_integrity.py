@@ -60,7 +60,7 @@ def test_every_spec_yields_a_dag(parsed):
 
 
 COMMON = {"preflight", "stop_services", "deploy_payload", "restore_services", "fetch_artifacts", "parse", "validate",
-          "load", "verdict"}  # fmt: skip
+          "load", "detect_regressions", "verdict"}  # fmt: skip
 BENCHMARK = {"launch_benchmark", "wait_done", "stop_benchmark"}
 SERVERS = {"launch_servers", "servers_ready", "stop_servers"}
 

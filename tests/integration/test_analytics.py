@@ -1,0 +1,126 @@
+"""The analyst views and regression detection, on both backends, over a history the test writes:
+14 scheduled nights with 3% noise, then tonight with and without a 10% throughput drop."""
+
+from __future__ import annotations
+
+import random
+import re
+import uuid
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+
+from benchflow.regressions import Thresholds, detect, judge
+from benchflow.warehouse import RunRecord, Warehouse
+from tests.conftest import PG_URI, PROJECT_ROOT
+
+pytestmark = pytest.mark.integration
+
+QUERIES = re.findall(r"```sql\n(.*?)```", (PROJECT_ROOT / "docs" / "analysts.md").read_text(), re.S)
+TONIGHT = datetime.combine(date.today(), datetime.min.time(), tzinfo=UTC) + timedelta(hours=2)
+H200 = {"gpu": "NVIDIA H200, 570.86, 143771 MiB", "gpu_count": "1", "cuda": "12.8", "torch": "2.13.0"}
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def warehouse(request, tmp_path):
+    if request.param == "duckdb":
+        return Warehouse(tmp_path / "wh.duckdb")
+    return Warehouse(postgres=PG_URI, search_path=f"an_{uuid.uuid4().hex[:12]}")
+
+
+def night_run(campaign: str, night: int, status: str = "ok", run_type: str = "scheduled", facts=None) -> RunRecord:
+    when = TONIGHT - timedelta(days=night)
+    return RunRecord(dag_id=f"bench_{campaign}", run_id=f"{run_type}__{when.isoformat()}", campaign=campaign,
+                     host="gpu_node_1", spec_hash="s" * 64, status=status, started_at=when, logical_date=when,
+                     run_type=run_type, host_facts=facts or H200, git_sha="abc123")  # fmt: skip
+
+
+def kernel_rows(scale: float, rng: random.Random) -> list[dict]:
+    rows = []
+    for m in (1, 16, 256):
+        tok = 1000.0 * m**0.5 * scale * (1 + rng.gauss(0, 0.03))
+        rows.append({"m": m, "ms_per_call": m / tok * 1e3, "tok_per_s": tok, "us_per_token": 1e6 / tok, "note": ""})
+    return rows
+
+
+def fill_history(warehouse: Warehouse, tonight_scale: float) -> RunRecord:
+    rng = random.Random(7)
+    for night in range(14, 0, -1):
+        warehouse.load(night_run("moe_kernel_nightly", night), "kernel_sweep", kernel_rows(1.0, rng))
+    tonight = night_run("moe_kernel_nightly", 0)
+    warehouse.load(tonight, "kernel_sweep", kernel_rows(tonight_scale, rng))
+    return tonight
+
+
+def test_injected_ten_percent_drop_is_found(warehouse):
+    tonight = fill_history(warehouse, tonight_scale=0.90)
+    findings = detect(warehouse, tonight.dag_id, tonight.run_id, Thresholds())
+    throughput = sorted((f.case_key, f.metric) for f in findings if f.metric == "tok_per_s")
+    assert throughput == [("m=1", "tok_per_s"), ("m=16", "tok_per_s"), ("m=256", "tok_per_s")]
+    for finding in findings:
+        assert finding.baseline_runs == 14
+        assert finding.relative_change == pytest.approx(-0.10, abs=0.05) or finding.metric == "us_per_token"
+    stored = warehouse.query("SELECT count(*) AS n FROM regressions WHERE run_id = ?", [tonight.run_id])
+    assert int(stored["n"][0]) == len(findings)
+    marked = warehouse.query("SELECT regressions FROM runs WHERE run_id = ?", [tonight.run_id])
+    assert int(marked["regressions"][0]) == len(findings)
+
+
+def test_same_history_without_the_drop_raises_nothing(warehouse):
+    tonight = fill_history(warehouse, tonight_scale=1.0)
+    assert detect(warehouse, tonight.dag_id, tonight.run_id, Thresholds()) == []
+
+
+def test_baseline_ignores_manual_runs_other_gpus_and_invalid_runs(warehouse):
+    rng = random.Random(1)
+    for night in range(6, 0, -1):
+        warehouse.load(night_run("k", night, run_type="manual"), "kernel_sweep", kernel_rows(2.0, rng))
+        warehouse.load(night_run("k", night, facts={"gpu": "NVIDIA B200, 1, 1"}), "kernel_sweep", kernel_rows(2.0, rng))
+        warehouse.load(night_run("k", night, status="incomplete"), "kernel_sweep", kernel_rows(2.0, rng))
+    tonight = night_run("k", 0)
+    warehouse.load(tonight, "kernel_sweep", kernel_rows(1.0, rng))
+    assert detect(warehouse, tonight.dag_id, tonight.run_id, Thresholds()) == []  # no usable baseline at all
+
+
+def test_judge_knows_which_way_is_worse():
+    history = [100.0, 101.0, 99.0, 100.5, 99.5]
+    assert judge(80.0, history, "output_throughput", Thresholds()) is not None
+    assert judge(120.0, history, "output_throughput", Thresholds()) is None
+    assert judge(120.0, history, "mean_ttft_ms", Thresholds()) is not None
+    assert judge(80.0, history, "mean_ttft_ms", Thresholds()) is None
+    assert judge(80.0, history[:3], "output_throughput", Thresholds()) is None  # too short a history
+    assert judge(98.0, history, "output_throughput", Thresholds(min_change=0.05)) is None  # quiet but small
+
+
+def serving_row(config: str, concurrency: int, throughput: float) -> dict:
+    return {"config": config, "concurrency": concurrency, "num_prompts": 32, "completed": 32, "failed": 0,
+            "duration_s": 10.0, "total_output_tokens": round(throughput * 10), "request_throughput": 3.2,
+            "output_throughput": throughput, "mean_ttft_ms": 100.0, "mean_e2e_ms": 2000.0}  # fmt: skip
+
+
+def test_the_three_analyst_questions_from_the_docs(warehouse):
+    assert len(QUERIES) == 3
+    for campaign, throughput in (("serving_tp4", 900.0), ("serving_pd", 1200.0), ("serving_ep4", 1000.0)):
+        for night in (1, 0):
+            rows = [serving_row(campaign.split("_")[1], c, throughput * (1 + night) / (16 / c)) for c in (1, 8, 16)]
+            warehouse.load(night_run(campaign, night), "serving", rows)
+    warehouse.load(night_run("serving_pd", 0, status="invalid", run_type="manual"), "serving",
+                   [serving_row("pd", 16, 99999.0)])  # fmt: skip
+    tonight = fill_history(warehouse, tonight_scale=0.9)
+    detect(warehouse, tonight.dag_id, tonight.run_id, Thresholds())
+    for week_ago in (3, 10):  # one run this week, one last week, slower
+        scale = 1.0 if week_ago == 3 else 0.8
+        rows = kernel_rows(scale, random.Random(2))
+        warehouse.load(night_run("moe_kernel_nightly", week_ago + 0.5), "kernel_sweep", rows)
+
+    comparison = warehouse.query(QUERIES[0])
+    assert comparison["campaign"].tolist() == ["serving_pd", "serving_ep4", "serving_tp4"]
+    assert comparison["output_throughput"].tolist() == [1200.0, 1000.0, 900.0]  # last night; invalid run left out
+
+    weeks = warehouse.query(QUERIES[1])
+    assert weeks["m"].tolist() == [1, 16, 256]
+    assert (weeks["this_week"] < weeks["last_week"]).all()  # faster this week: fewer us per token
+
+    regressed = warehouse.query(QUERIES[2])
+    assert set(regressed["campaign"]) == {"moe_kernel_nightly"}
+    assert {"tok_per_s", "us_per_token"} <= set(regressed["metric"])
