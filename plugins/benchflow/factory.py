@@ -209,6 +209,10 @@ def build_dag(spec: CampaignSpec) -> DAG:
             record = run_record(spec, context, parsed["status"], parsed["detail"])
             loaded = load_rows(warehouse, record, kind, Path(parsed["dir"]))
             print(f"loaded {loaded} rows of run {record.run_id} ({record.status}) into {warehouse.location}")
+            # the report DAG, scheduled on this asset, learns which run to draw from the event
+            context["outlet_events"][RESULTS_ASSET].extra = {
+                "dag_id": spec.dag_id, "run_id": record.run_id, "campaign": spec.name
+            }  # fmt: skip
             return {"status": record.status, "rows": loaded, "detail": record.detail, "warehouse": warehouse.location}
 
         @task

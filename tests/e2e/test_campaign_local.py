@@ -121,6 +121,18 @@ def test_healthy_campaign_loads_validated_rows_matching_the_jsonl(campaigns, var
                                    [run_id]).to_dict("records")  # fmt: skip
     assert validation == [{"suite": "kernel_sweep", "success": True, "failed": 0, "rows_checked": 4}]
 
+    # The load announced the run on the bench_results asset, for the report DAG; the report draws it.
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
+    from benchflow import report
+
+    with create_session() as session:
+        extras = [e.extra for e in session.query(AssetEvent).filter(AssetEvent.source_run_id == run_id)]
+    assert extras == [{"dag_id": "bench_e2e_moe", "run_id": run_id, "campaign": "e2e_moe"}]
+    plots = report.render(Warehouse(), "bench_e2e_moe", run_id, var_dir / "plots")
+    assert {p.name for p in plots} == {"us_per_token_vs_m.png", "nightly_trend.png"}
+
     # Rerun the load task of the same run, as `airflow tasks test` does after a clear: no new rows.
     env = {**os.environ}
     result = subprocess.run([str(Path(sys.executable).parent / "airflow"), "tasks", "test", "bench_e2e_moe", "load",

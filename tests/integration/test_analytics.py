@@ -124,3 +124,20 @@ def test_the_three_analyst_questions_from_the_docs(warehouse):
     regressed = warehouse.query(QUERIES[2])
     assert set(regressed["campaign"]) == {"moe_kernel_nightly"}
     assert {"tok_per_s", "us_per_token"} <= set(regressed["metric"])
+
+
+def test_report_draws_sweep_and_trend_with_regressions(warehouse, tmp_path):
+    from benchflow import report
+
+    tonight = fill_history(warehouse, tonight_scale=0.9)
+    detect(warehouse, tonight.dag_id, tonight.run_id, Thresholds())
+    files = report.render(warehouse, tonight.dag_id, tonight.run_id, tmp_path / "plots")
+    assert sorted(p.name for p in files) == ["nightly_trend.png", "us_per_token_vs_m.png"]
+    for path in files:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+    serving = night_run("serving_pd", 0)
+    warehouse.load(serving, "serving", [serving_row("pd", c, 100.0 * c) for c in (1, 8, 16)])
+    files = report.render(warehouse, serving.dag_id, serving.run_id, tmp_path / "serving")
+    assert sorted(p.name for p in files) == ["nightly_trend.png", "serving_vs_concurrency.png"]
+    assert report.render(warehouse, "bench_nope", "nope", tmp_path / "none") == []

@@ -1,0 +1,45 @@
+"""Report DAG (Airflow): whenever a campaign's load emits the ``bench_results`` Asset, draw its plots.
+
+For each triggering load (its dag_id and run_id ride on the asset event), PNGs go next to that run's
+fetched artifacts, and their paths appear in the task log. Nothing here touches a database at parse time.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from airflow.sdk import DAG, Asset, task
+
+with DAG(
+    dag_id="bench_report",
+    schedule=[Asset("bench_results")],
+    start_date=datetime(2026, 1, 1),  # naive: Airflow reads it as UTC
+    catchup=False,
+    tags=["bench", "report"],
+    doc_md=__doc__,
+) as dag:
+
+    @task
+    def render_plots(**context: Any) -> list[str]:
+        from pathlib import Path
+
+        from benchflow import remote, report
+        from benchflow.paths import artifacts_dir
+        from benchflow.warehouse import Warehouse
+
+        warehouse = Warehouse()
+        written: list[Path] = []
+        events = context["triggering_asset_events"]
+        for asset_events in events.values():
+            for event in asset_events:
+                extra = event.extra or {}
+                if "dag_id" not in extra:
+                    continue
+                out = artifacts_dir(extra["dag_id"], remote.run_key(extra["run_id"])) / "report"
+                written += report.render(warehouse, extra["dag_id"], extra["run_id"], out)
+        for path in written:
+            print(f"plot: {path}")
+        return [str(p) for p in written]
+
+    render_plots()
