@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input-len", type=int, default=256)
     parser.add_argument("--output-len", type=int, default=256)
     parser.add_argument("--output-file")
+    parser.add_argument("--requests-file", help="append one JSON object per request (raw timings)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
@@ -173,6 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.output_file:
         with open(args.output_file, "a") as out:
             out.write(json.dumps(summary) + "\n")
+    if args.requests_file:
+        with open(args.requests_file, "a") as out:
+            for seq, r in enumerate(results):
+                gaps = [(b - a) * 1e3 for a, b in zip(r.token_times, r.token_times[1:], strict=False)]
+                out.write(json.dumps({
+                    "seq": seq, "ok": r.ok, "input_len": args.input_len, "output_tokens": r.output_tokens,
+                    "ttft_ms": r.ttft * 1e3 if r.ok else None, "e2e_ms": r.e2e * 1e3 if r.ok else None,
+                    "mean_itl_ms": statistics.fmean(gaps) if gaps else None, "error": r.error,
+                }) + "\n")  # fmt: skip
     return 0 if summary["completed"] else 1
 
 

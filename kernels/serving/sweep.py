@@ -29,7 +29,8 @@ def client_command(args: argparse.Namespace, concurrency: int, prompts: int, res
     if args.client == "local":
         return [sys.executable, str(HERE / "loadgen.py"), "--base-url", args.base_url, "--num-prompts", str(prompts),
                 "--max-concurrency", str(concurrency), "--input-len", str(args.input_len),
-                "--output-len", str(args.output_len), "--output-file", str(result)]  # fmt: skip
+                "--output-len", str(args.output_len), "--output-file", str(result),
+                "--requests-file", str(result.with_suffix(".requests.jsonl"))]  # fmt: skip
     if args.client == "sglang":
         return [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", args.base_url,
                 "--dataset-name", "random", "--random-input-len", str(args.input_len),
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"===== {args.label} concurrency={concurrency} (n={prompts}) =====", flush=True)
         result = phases_dir / f"phase_c{concurrency}.json"
         result.unlink(missing_ok=True)
+        result.with_suffix(".requests.jsonl").unlink(missing_ok=True)
         with (phases_dir / f"phase_c{concurrency}.log").open("w") as raw:
             proc = subprocess.Popen(client_command(args, concurrency, prompts, result), stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True)  # fmt: skip
@@ -78,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
             for line in result.read_text().splitlines():
                 if line.strip():
                     out.write(json.dumps({**json.loads(line), "tag": args.label}) + "\n")
+        raw = result.with_suffix(".requests.jsonl")
+        if raw.exists():  # per-request timings, when the client saves them
+            with (args.out.parent / "requests.jsonl").open("a") as out:
+                for line in raw.read_text().splitlines():
+                    out.write(json.dumps({**json.loads(line), "config": args.label, "concurrency": concurrency}) + "\n")
     if failed:
         print(f"failed phases: concurrency {failed}", flush=True)
     print(args.marker, flush=True)

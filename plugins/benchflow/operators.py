@@ -271,6 +271,7 @@ class FetchArtifactsOperator(HostOperator):
         wanted |= {f"{job}.exit_code": self.job(context, job).exit_code_file for job in self.jobs}
         wanted |= {
             self.output_file: f"{rundir}/{self.output_file}",
+            "requests.jsonl": f"{rundir}/requests.jsonl",  # per-request data, when the client saves it
             MANIFEST_NAME: f"{rundir}/payload/{MANIFEST_NAME}",
         }
         fetched: list[str] = []

@@ -12,6 +12,7 @@ from benchflow.parsers import parse_text
 from benchflow.warehouse import RunRecord, Warehouse
 
 ROWS_NAME = "rows.json"
+REQUESTS_NAME = "requests.jsonl"
 # parser format → result kind (its GX suite and warehouse table)
 RESULT_KIND = {"kernel_sweep": "kernel_sweep", "serving_log": "serving", "generic": "generic"}
 
@@ -69,5 +70,20 @@ def read_rows(directory: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def read_requests(directory: Path) -> list[dict[str, Any]] | None:
+    """Per-request rows a serving client saved, or None; a record cut off mid-write is dropped."""
+    path = Path(directory) / REQUESTS_NAME
+    if not path.exists():
+        return None
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
 def load_rows(warehouse: Warehouse, run: RunRecord, kind: str, directory: Path) -> int:
-    return warehouse.load(run, kind, read_rows(directory))
+    requests = read_requests(directory) if kind == "serving" else None
+    return warehouse.load(run, kind, read_rows(directory), requests=requests)

@@ -28,6 +28,8 @@ RESULT_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "serving": ("serving_results", SERVING_COLUMNS),
     "generic": ("generic_results", ("seq", "metric", "value", "unit", "line")),
 }
+REQUEST_COLUMNS = ("config", "concurrency", "seq", "ok", "input_len", "output_tokens", "ttft_ms", "e2e_ms",
+                   "mean_itl_ms", "error")  # fmt: skip
 
 
 @dataclass
@@ -281,18 +283,28 @@ class Warehouse:
             session.execute(statement)
         session.commit()
 
-    def load(self, run: RunRecord, kind: str, rows: list[dict[str, Any]]) -> int:
-        """Replace the run's record and its result rows in one transaction; returns rows loaded."""
+    def load(
+        self, run: RunRecord, kind: str, rows: list[dict[str, Any]], requests: list[dict[str, Any]] | None = None
+    ) -> int:
+        """Replace the run's record and its result rows (and per-request rows, when a serving client saved
+        them) in one transaction; returns result rows loaded."""
         import pandas as pd
 
         table, columns = RESULT_TABLES[kind]
         frame = pd.DataFrame.from_records(rows, columns=list(columns))
         run.rows_loaded = len(frame)
+        key = [run.dag_id, run.run_id]
         with self.transaction() as tx:
             self._put_run(tx, run)
-            tx.execute(f"DELETE FROM {table} WHERE dag_id = ? AND run_id = ?", [run.dag_id, run.run_id])
+            tx.execute(f"DELETE FROM {table} WHERE dag_id = ? AND run_id = ?", key)
             if len(frame):
-                tx.insert_frame(table, columns, frame, [run.dag_id, run.run_id])
+                tx.insert_frame(table, columns, frame, key)
+            if requests is not None:
+                raw = pd.DataFrame.from_records(requests, columns=list(REQUEST_COLUMNS))
+                raw["error"] = raw["error"].fillna("")
+                tx.execute("DELETE FROM serving_requests WHERE dag_id = ? AND run_id = ?", key)
+                if len(raw):
+                    tx.insert_frame("serving_requests", REQUEST_COLUMNS, raw, key)
         return run.rows_loaded
 
     def quarantine(self, run: RunRecord, kind: str, rows: list[dict[str, Any]], reasons: dict[int, list[str]],

@@ -88,6 +88,13 @@ def test_two_config_comparison_loads_one_validated_row_per_config_and_concurrenc
     assert (rows["output_throughput"] > 0).all() and (rows["mean_ttft_ms"] <= rows["mean_e2e_ms"]).all()
     status = Warehouse().query("SELECT status FROM runs WHERE run_id = ?", [run_id])["status"].tolist()
     assert status == ["ok"]
+    requests = Warehouse().query(
+        "SELECT config, concurrency, count(*) AS n, sum(CASE WHEN ok THEN 1 ELSE 0 END) AS ok, "
+        "max(CASE WHEN ttft_ms <= e2e_ms THEN 0 ELSE 1 END) AS bad FROM serving_requests WHERE run_id = ? "
+        "GROUP BY config, concurrency ORDER BY config, concurrency", [run_id]
+    )  # fmt: skip
+    assert requests["n"].tolist() == rows["num_prompts"].tolist() == requests["ok"].tolist()
+    assert requests["bad"].sum() == 0
     host_workdir = var_dir / "hosts" / "local" if workdir == "local" else sshd.workdir
     assert servers_gone(host_workdir, f"bench_{campaign}", run_id, SERVER_JOBS)
 

@@ -96,3 +96,18 @@ def test_serving_rows_load_with_infinities_and_nulls(warehouse):
     assert got == [("TP4", 1, 105.24), ("TP4", 8, 105.24)]
     assert loaded[1]["p99_ttft_ms"] == float("inf")
     assert pd.isna(loaded[0]["p90_ttft_ms"])  # not reported by the tool: NULL
+
+
+def test_per_request_rows_go_to_their_own_table_and_are_replaced(warehouse):
+    from benchflow.parsers import parse_text
+    from tests.conftest import FIXTURES
+
+    row = dict(parse_text((FIXTURES / "sglang_bench_serving_sgl-cookbook_DeepSeek-R1.txt").read_text()).rows[0],
+               config="pd", concurrency=2)  # fmt: skip
+    requests = [{"config": "pd", "concurrency": 2, "seq": i, "ok": i != 1, "input_len": 256, "output_tokens": 256,
+                 "ttft_ms": 10.0 + i, "e2e_ms": 900.0, "mean_itl_ms": 3.5, "error": "" if i != 1 else "HTTP 500"}
+                for i in range(3)]  # fmt: skip
+    for _ in range(2):
+        warehouse.load(record(), "serving", [row], requests=requests)
+    raw = warehouse.query("SELECT seq, ok, error FROM serving_requests ORDER BY seq").to_dict("records")
+    assert [(r["seq"], bool(r["ok"]), r["error"]) for r in raw] == [(0, True, ""), (1, False, "HTTP 500"), (2, True, "")]
