@@ -110,4 +110,5 @@ def test_per_request_rows_go_to_their_own_table_and_are_replaced(warehouse):
     for _ in range(2):
         warehouse.load(record(), "serving", [row], requests=requests)
     raw = warehouse.query("SELECT seq, ok, error FROM serving_requests ORDER BY seq").to_dict("records")
-    assert [(r["seq"], bool(r["ok"]), r["error"]) for r in raw] == [(0, True, ""), (1, False, "HTTP 500"), (2, True, "")]
+    got = [(r["seq"], bool(r["ok"]), r["error"]) for r in raw]
+    assert got == [(0, True, ""), (1, False, "HTTP 500"), (2, True, "")]
