@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     model = TinyMoEDecoder(args.layers, args.hidden, args.experts, args.topk, args.inter)
     model.next_token([1, 2, 3])  # warm up before reporting healthy
     server = ThreadingHTTPServer((args.host, args.port), make_handler(model, threading.Lock(), args.role))
-    print(f"serving tiny MoE decoder ({args.role}) on http://{args.host}:{args.port}", flush=True)
+    print(f"serving tiny MoE decoder ({args.role}, layers {args.layers}, hidden {args.hidden}) "
+          f"on http://{args.host}:{args.port}", flush=True)  # fmt: skip
     server.serve_forever()
     return 0
 

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Asset, BaseOperator, TaskGroup, TriggerRule, task
+from airflow.sdk import DAG, Asset, BaseOperator, Param, TaskGroup, TriggerRule, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from benchflow.operators import (
@@ -35,6 +35,7 @@ from benchflow.operators import (
     StopBenchmarkOperator,
     StopServersOperator,
 )
+from benchflow.params import param_schemas
 from benchflow.results import RESULT_KIND
 from benchflow.spec import CampaignSpec
 
@@ -92,8 +93,15 @@ def build_dag(spec: CampaignSpec) -> DAG:
         doc_md=f"**{spec.name}** ({spec.kind} campaign on host `{spec.host}`)\n\n{spec.description}\n\n"
         f"Spec: `include/campaigns/{spec.name}.yaml` (sha256 `{spec.spec_hash()[:12]}`)\n\n{__doc__}",
         default_args={"retries": spec.retries, "retry_delay": timedelta(seconds=30)},
+        params={
+            name: Param(default, **schema)
+            for name, (default, schema) in param_schemas(dict(bench.args), spec.kind == "serving").items()
+        },
     ) as dag:
-        preflight = PreflightOperator(task_id="preflight", execution_timeout=_seconds(timeouts.preflight), **on_host)
+        preflight = PreflightOperator(
+            task_id="preflight", benchmark_args=dict(bench.args), serving=spec.kind == "serving",
+            execution_timeout=_seconds(timeouts.preflight), **on_host,
+        )  # fmt: skip
         services = [s.model_dump() for s in spec.services]
         stop = ServicesOperator(
             task_id="stop_services", services=services, action="stop",
@@ -129,8 +137,9 @@ def build_dag(spec: CampaignSpec) -> DAG:
             last = deploy
             for config in spec.configs:
                 members = [
-                    {**server.model_dump(), "visible_devices": server.visible_devices()}
-                    for server in [*config.servers, *([config.router] if config.router else [])]
+                    {**server.model_dump(), "visible_devices": server.visible_devices(), "role": role}
+                    for server, role in [(s, "server") for s in config.servers]
+                    + ([(config.router, "router")] if config.router else [])
                 ]
                 args = {**bench.args, "label": config.name, "base_url": f"http://127.0.0.1:{config.endpoint.port}"}
                 jobs.append(f"bench_{config.name}")
@@ -162,7 +171,6 @@ def build_dag(spec: CampaignSpec) -> DAG:
             execution_timeout=_seconds(timeouts.deploy), **on_host,
         )  # fmt: skip
         kind = RESULT_KIND[bench.parser]
-        lengths: dict[str, Any] = {k: bench.args[k] for k in ("input_len", "output_len") if k in bench.args}
         suite_params: dict[str, Any] = {}
         if kind == "serving" and "concurrency" in bench.args:
             suite_params["swept"] = bench.args["concurrency"]
@@ -172,9 +180,12 @@ def build_dag(spec: CampaignSpec) -> DAG:
             suite_params["metrics"] = sorted(bench.patterns)
 
         @task
-        def parse(fetched: dict[str, Any]) -> dict[str, Any]:
+        def parse(fetched: dict[str, Any], **context: Any) -> dict[str, Any]:
+            from benchflow.params import overlay
             from benchflow.results import parse_artifacts
 
+            effective = overlay(dict(bench.args), context["params"])
+            lengths: dict[str, Any] = {k: effective[k] for k in ("input_len", "output_len") if k in effective}
             summary = parse_artifacts(
                 Path(fetched["dir"]), bench.parser, bench.marker, fetched["logs"], lengths, parser_options
             )
@@ -190,6 +201,8 @@ def build_dag(spec: CampaignSpec) -> DAG:
             rows = read_rows(Path(parsed["dir"]))
             if not rows:
                 return {"success": True, "summary": "no rows to validate"}
+            if "swept" in suite_params:  # a manual run may have swept other levels
+                suite_params["swept"] = context["params"].get("concurrency", suite_params["swept"])
             outcome = validate_rows(kind, rows, **suite_params)
             print(outcome.summary())
             warehouse = Warehouse()

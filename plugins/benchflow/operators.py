@@ -12,9 +12,9 @@ from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseOperator, BaseSensorOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from benchflow import remote
+from benchflow import params, remote
 from benchflow.hosts import Host, HostError, get_host
 from benchflow.manifest import MANIFEST_NAME
 from benchflow.paths import artifacts_dir, kernels_dir
@@ -48,9 +48,19 @@ class HostOperator(BaseOperator):
 
 
 class PreflightOperator(HostOperator):
-    """Host facts (GPUs, driver, disk, python/torch versions); fails when the payload cannot run there."""
+    """Check the run's params, then read host facts (GPUs, driver, disk, python/torch versions); fail when
+    the payload cannot run there. A bad param fails here, before any command reaches the host."""
+
+    def __init__(self, *, benchmark_args: dict[str, Any] | None = None, serving: bool = False, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.benchmark_args = benchmark_args or {}
+        self.serving = serving
 
     def execute(self, context: Any) -> dict[str, str]:
+        try:
+            params.check_conf(self.benchmark_args, self.serving, context.get("params"))
+        except ValueError as exc:
+            raise AirflowFailException(f"trigger conf refused, nothing ran on the host: {exc}") from None
         result = self.host.check(
             remote.preflight_command(self.host.python, self.host.workdir),
             timeout=self.execution_timeout.total_seconds() if self.execution_timeout else 120,
@@ -146,8 +156,12 @@ class LaunchBenchmarkOperator(HostOperator):
             self.log.info("job of this run already exists (pid %s, exit %s): attaching", status.pid, status.exit_code)
             return {"pid": status.pid, "attached": True}
         rundir = self.rundir(context)
+        try:
+            args = params.overlay(self.args, context.get("params"))
+        except ValueError as exc:
+            raise AirflowFailException(str(exc)) from None
         command = (
-            f"exec {shlex.quote(self.host.python)} {shlex.quote(self.script)} {remote.render_args(self.args)}"
+            f"exec {shlex.quote(self.host.python)} {shlex.quote(self.script)} {remote.render_args(args)}"
             f" --out {shlex.quote(f'{rundir}/{self.output_file}')} --marker {shlex.quote(self.marker)}"
         )
         self.log.info("launching on %s: %s", self.host_id, command)
@@ -185,6 +199,12 @@ class LaunchServersOperator(HostOperator):
                 continue
             command = server["command"].replace("{python}", shlex.quote(self.host.python))
             command = command.replace("{port}", str(int(server["port"])))
+            try:
+                extra = params.server_args(context.get("params"))
+            except ValueError as exc:
+                raise AirflowFailException(str(exc)) from None
+            if extra and server.get("role") != "router":
+                command = f"{command} {extra}"
             if server.get("numa_node") is not None:
                 node = int(server["numa_node"])
                 command = f"numactl --cpunodebind={node} --membind={node} {command}"
@@ -265,6 +285,8 @@ class FetchArtifactsOperator(HostOperator):
         self.jobs = jobs or [BENCH_JOB]
 
     def execute(self, context: Any) -> dict[str, Any]:
+        if context["ti"].xcom_pull(task_ids="deploy_payload") is None:
+            raise AirflowSkipException("the payload was never deployed: nothing ran, nothing to fetch")
         rundir = self.rundir(context)
         local = artifacts_dir(context["dag"].dag_id, remote.run_key(context["run_id"]))
         wanted = {f"{job}.log": self.job(context, job).log_file for job in self.jobs}

@@ -42,12 +42,12 @@ def campaign_dags(root: Path, specs: dict[str, str]) -> Iterator[Any]:
                 os.environ[key] = value
 
 
-def run_dag(bag: Any, name: str) -> tuple[str, str, dict[str, str]]:
+def run_dag(bag: Any, name: str, conf: dict[str, Any] | None = None) -> tuple[str, str, dict[str, str]]:
     """Run ``bench_<name>`` with ``dag.test()``; return its run id, state and every task's state."""
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
 
-    dag_run = bag.get_dag(f"bench_{name}").test()
+    dag_run = bag.get_dag(f"bench_{name}").test(run_conf=conf)
     with create_session() as session:
         tis = session.query(TaskInstance).filter_by(dag_id=f"bench_{name}", run_id=dag_run.run_id).all()
         return dag_run.run_id, str(dag_run.state), {ti.task_id: str(ti.state) for ti in tis}

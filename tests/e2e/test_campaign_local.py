@@ -199,3 +199,33 @@ def test_generic_parser_campaign_loads_its_named_metrics(campaigns, var_dir):
         {"seq": i, "metric": "ms_per_call", "value": 0.5 * (i + 1), "unit": "ms"} for i in range(4)
     ]
     assert services_log(var_dir) == ["stopped", "started"]
+
+
+def test_manual_conf_overrides_the_sweep_and_bad_conf_is_refused(campaigns, var_dir):
+    dag = campaigns.get_dag("bench_e2e_moe")
+    dag_run = dag.test(run_conf={"m_list": [2, 8], "iters": 2})
+    assert str(dag_run.state) == "success"
+    assert kernel_rows(dag_run.run_id)["m"].tolist() == [2, 8]
+    assert json.loads(run_row(dag_run.run_id)["conf"]) == {"m_list": [2, 8], "iters": 2}
+    services_log(var_dir)
+
+    # Airflow validates the conf against the DAG's Params when the run is created (as the UI form and the
+    # REST API do): a bad one never becomes a run, so no task touches the host.
+    from airflow.sdk.exceptions import ParamValidationError
+
+    runs_before = set((host_workdir(var_dir) / "bench_e2e_moe").iterdir())
+    for bad in ({"m_list": [0]}, {"m_list": "1; rm -rf ~"}, {"topk": "two"}, {"iters": -1}):
+        with pytest.raises(ParamValidationError):
+            dag.test(run_conf=bad)
+    assert set((host_workdir(var_dir) / "bench_e2e_moe").iterdir()) == runs_before  # no run directory
+    assert services_log(var_dir) == []
+
+
+def test_preflight_refuses_a_bad_param_before_any_host_command(var_dir):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from benchflow.operators import PreflightOperator
+
+    preflight = PreflightOperator(task_id="preflight", host_id="no_such_host", benchmark_args={"m_list": [1]})
+    with pytest.raises(AirflowFailException, match=r"trigger conf refused, nothing ran on the host: param 'm_list'"):
+        preflight.execute({"params": {"m_list": ["$(id)"]}})  # an unknown host would fail on first use

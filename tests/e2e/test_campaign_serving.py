@@ -115,3 +115,18 @@ def test_server_that_dies_fails_its_config_with_its_log_and_the_next_config_stil
     services = var_dir / "hosts" / "local" / "services.log"
     assert services.read_text().split() == ["stopped", "started"]
     services.unlink()
+
+
+def test_trigger_conf_changes_the_sweep_and_the_server_arguments(bag, var_dir):
+    conf = {"concurrency": [1, 3], "prompts": [1, 3], "output_len": 4, "server_args": "--layers 1 --hidden 32"}
+    run_id, state, tasks = run_dag(bag, "serving_local", conf=conf)
+    assert state == "success", tasks
+    rows = serving_rows(run_id)
+    assert list(zip(rows["config"], rows["concurrency"], rows["output_len"], strict=True)) == [
+        ("pd", 1, 4), ("pd", 3, 4), ("single", 1, 4), ("single", 3, 4)
+    ]  # fmt: skip
+    rundir = Path(remote.run_dir(str(var_dir / "hosts" / "local"), "bench_serving_local", run_id))
+    launched = {"server_single_engine": "both", "server_pd_prefill": "prefill", "server_pd_decode": "decode"}
+    for job, role in launched.items():
+        log = (rundir / job / "stdout.log").read_text()
+        assert f"serving tiny MoE decoder ({role}, layers 1, hidden 32)" in log, log

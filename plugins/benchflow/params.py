@@ -1,0 +1,82 @@
+"""Trigger-form parameters: a manual run may override a campaign's benchmark arguments (and, for serving
+campaigns, add server arguments), within JSON-schema types, ranges and enums. Airflow validates a
+trigger's conf against them before the run exists; the launch validates again before anything reaches
+a host, and every value is shell-quoted there."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+_INT_LIST = {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1, "maxItems": 64}
+KNOWN: dict[str, dict[str, Any]] = {
+    "m_list": {**_INT_LIST, "items": {"type": "integer", "minimum": 1, "maximum": 65536},
+               "description": "token counts M to sweep"},
+    "concurrency": {**_INT_LIST, "items": {"type": "integer", "minimum": 1, "maximum": 4096},
+                    "description": "client concurrency per phase"},
+    "prompts": {**_INT_LIST, "items": {"type": "integer", "minimum": 1, "maximum": 100000},
+                "description": "prompts per phase (one per concurrency level)"},
+    "input_len": {"type": "integer", "minimum": 1, "maximum": 1048576, "description": "input tokens per prompt"},
+    "output_len": {"type": "integer", "minimum": 1, "maximum": 1048576, "description": "output tokens per prompt"},
+    "dtype": {"type": "string", "enum": ["bf16", "fp16", "fp32"]},
+    "impl": {"type": "string", "enum": ["auto", "triton", "torch"], "description": "kernel implementation"},
+    "client": {"type": "string", "enum": ["local", "sglang", "vllm"], "description": "benchmark client"},
+}  # fmt: skip
+SAFE_TEXT = r"^[A-Za-z0-9 _=.,:/+@-]*$"
+SERVER_ARGS = "server_args"
+
+
+def schema_for(name: str, default: Any) -> dict[str, Any]:
+    if name in KNOWN:
+        return KNOWN[name]
+    if isinstance(default, bool):
+        return {"type": "boolean"}
+    if isinstance(default, int):
+        return {"type": "integer", "minimum": 0, "maximum": 10**9}
+    if isinstance(default, float):
+        return {"type": "number", "minimum": 0}
+    if isinstance(default, list):
+        return {"type": "array", "items": {"type": ["integer", "number", "string"]}, "maxItems": 256}
+    return {"type": "string", "pattern": SAFE_TEXT, "maxLength": 200}
+
+
+def param_schemas(args: dict[str, Any], serving: bool) -> dict[str, tuple[Any, dict[str, Any]]]:
+    """name → (default, JSON schema) for a campaign's trigger form."""
+    schemas = {name: (value, schema_for(name, value)) for name, value in args.items()}
+    if serving:
+        schemas[SERVER_ARGS] = ("", {"type": "string", "pattern": SAFE_TEXT, "maxLength": 400,
+                                     "description": "extra arguments appended to every server command"})  # fmt: skip
+    return schemas
+
+
+def overlay(args: dict[str, Any], params: dict[str, Any] | Any) -> dict[str, Any]:
+    """The spec's arguments with a run's params on top, each checked against its schema."""
+    import jsonschema
+
+    merged = dict(args)
+    for name, value in dict(params or {}).items():
+        if name not in args:
+            continue
+        try:
+            jsonschema.validate(value, schema_for(name, args[name]))
+        except jsonschema.ValidationError as exc:
+            raise ValueError(f"param {name!r}: {exc.message}") from None
+        merged[name] = value
+    return merged
+
+
+def server_args(params: dict[str, Any] | Any) -> str:
+    """Extra server arguments from a run's params, validated and quoted word by word ('' when none)."""
+    import re
+
+    text = str(dict(params or {}).get(SERVER_ARGS) or "")
+    if not re.fullmatch(SAFE_TEXT, text) or len(text) > 400:
+        raise ValueError(f"param {SERVER_ARGS!r} may hold only letters, digits, spaces and _=.,:/+@-")
+    return " ".join(shlex.quote(word) for word in text.split())
+
+
+def check_conf(args: dict[str, Any], serving: bool, params: dict[str, Any] | Any) -> None:
+    """Every param of a run against its schema; raises ValueError naming the first bad one."""
+    overlay(args, params)
+    if serving:
+        server_args(params)

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import pytest
+
+from benchflow.params import overlay, param_schemas, server_args
+
+pytestmark = pytest.mark.unit
+
+
+def test_schemas_have_types_ranges_and_enums():
+    schemas = param_schemas({"m_list": [1, 2], "dtype": "bf16", "warmup": 3, "label": "x"}, serving=True)
+    assert schemas["m_list"][1]["items"]["minimum"] == 1 and schemas["m_list"][0] == [1, 2]
+    assert schemas["dtype"][1]["enum"] == ["bf16", "fp16", "fp32"]
+    assert schemas["warmup"][1]["type"] == "integer"
+    assert schemas["server_args"][0] == ""
+    assert "server_args" not in param_schemas({"m_list": [1]}, serving=False)
+
+
+def test_overlay_takes_valid_values_and_ignores_unknown_names():
+    args = {"m_list": [1, 2, 4], "dtype": "bf16"}
+    assert overlay(args, {"m_list": [8], "other": 1}) == {"m_list": [8], "dtype": "bf16"}
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"m_list": [0]}, "less than the minimum"),
+        ({"m_list": []}, "should be non-empty"),
+        ({"dtype": "int3"}, "is not one of"),
+        ({"note": "; rm -rf ~"}, "does not match"),
+        ({"note": "$(id)"}, "does not match"),
+    ],
+)
+def test_overlay_rejects_values_outside_their_schema(params, message):
+    with pytest.raises(ValueError, match=message):
+        overlay({"m_list": [1], "dtype": "bf16", "note": "x"}, params)
+
+
+def test_server_args_are_checked_and_quoted():
+    assert server_args({"server_args": "--mem-fraction-static 0.8 --chunked-prefill-size=4096"}) == (
+        "--mem-fraction-static 0.8 --chunked-prefill-size=4096"
+    )
+    assert server_args({}) == ""
+    for bad in ("--x; reboot", "--x `id`", "--x $(id)", "a\nb"):
+        with pytest.raises(ValueError, match="may hold only"):
+            server_args({"server_args": bad})
