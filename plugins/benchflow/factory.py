@@ -201,9 +201,10 @@ def build_dag(spec: CampaignSpec) -> DAG:
             rows = read_rows(Path(parsed["dir"]))
             if not rows:
                 return {"success": True, "summary": "no rows to validate"}
-            if "swept" in suite_params:  # a manual run may have swept other levels
-                suite_params["swept"] = context["params"].get("concurrency", suite_params["swept"])
-            outcome = validate_rows(kind, rows, **suite_params)
+            checks = dict(suite_params)  # per run: a manual run may have swept other levels
+            if "swept" in checks:
+                checks["swept"] = context["params"].get("concurrency", checks["swept"])
+            outcome = validate_rows(kind, rows, **checks)
             print(outcome.summary())
             warehouse = Warehouse()
             record = run_record(spec, context, parsed["status"] if outcome.success else "invalid", outcome.summary())
