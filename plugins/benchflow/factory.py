@@ -122,7 +122,7 @@ def build_dag(spec: CampaignSpec) -> DAG:
                 poke_interval=timeouts.poke_interval, retries=0, **on_host,
             )  # fmt: skip
             stop_bench = StopBenchmarkOperator(
-                task_id="stop_benchmark", job=job, execution_timeout=_seconds(120), **on_host
+                task_id="stop_benchmark", job=job, marker=bench.marker, execution_timeout=_seconds(120), **on_host
             )
             launch >> wait >> stop_bench
             stop_bench.as_teardown(setups=launch)

@@ -261,11 +261,23 @@ class StopServersOperator(HostOperator):
 
 
 class StopBenchmarkOperator(HostOperator):
-    """Teardown: end the benchmark's whole process group if anything of it is still alive."""
+    """Teardown: end the benchmark's whole process group if anything of it is still alive.
+
+    A benchmark that has printed its marker is still exiting (the wait notices the marker at once):
+    it gets ``exit_grace_s`` to finish and write its exit code before anything is killed.
+    """
+
+    def __init__(self, *, marker: str = "ALL_DONE", exit_grace_s: float = 30.0, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.marker = marker
+        self.exit_grace_s = exit_grace_s
 
     def execute(self, context: Any) -> None:
         paths = self.job(context)
-        status = remote.parse_status(self.host.run(remote.status_command(paths, "ALL_DONE"), 60).stdout)
+        status = remote.parse_status(self.host.run(remote.status_command(paths, self.marker), 60).stdout)
+        if status.alive and status.marker:
+            self.host.run(remote.wait_exit_command(paths, self.exit_grace_s), self.exit_grace_s + 30)
+            status = remote.parse_status(self.host.run(remote.status_command(paths, self.marker), 60).stdout)
         if not status.alive:
             self.log.info("benchmark not running (exit %s)", status.exit_code)
             return

@@ -143,6 +143,16 @@ def tail_command(path: str, lines: int = 20) -> str:
     return f"tail -n {int(lines)} {shlex.quote(path)} 2>/dev/null || true"
 
 
+def wait_exit_command(paths: RemoteJobPaths, seconds: float) -> str:
+    """Wait up to ``seconds`` for the job's process group to end by itself."""
+    pidf = shlex.quote(paths.pid_file)
+    steps = max(1, int(seconds / 0.2))
+    return (
+        f'p="$(cat {pidf} 2>/dev/null || true)"\n'
+        f'for _ in $(seq {steps}); do {group_alive("$p")} || break; sleep 0.2; done\ntrue\n'
+    )
+
+
 def kill_command(paths: RemoteJobPaths, grace_s: float = 5.0) -> str:
     """TERM the job's process group (provider's command), then KILL whatever is left after a grace."""
     pidf = shlex.quote(paths.pid_file)

@@ -102,6 +102,8 @@ def test_healthy_campaign_loads_validated_rows_matching_the_jsonl(campaigns, var
     assert set(tasks.values()) == {"success"}
     assert services_log(var_dir) == ["stopped", "started"]
 
+    # The benchmark was left to exit by itself after its marker: its exit code is there, 0.
+    assert (run_dir(var_dir, "e2e_moe", run_id) / "bench" / "exit_code").read_text() == "0"
     jsonl = run_dir(var_dir, "e2e_moe", run_id) / "results.jsonl"
     expected = [json.loads(line) for line in jsonl.read_text().splitlines()]
     loaded = kernel_rows(run_id).to_dict("records")
