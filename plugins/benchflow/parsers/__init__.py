@@ -31,11 +31,6 @@ class ParsedRun:
     meta: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
-    def frame(self) -> Any:
-        import pandas as pd
-
-        return pd.DataFrame.from_records(self.rows)
-
 
 Format = tuple[Callable[[str], bool], Callable[..., ParsedRun]]
 
@@ -50,10 +45,6 @@ def _formats() -> dict[str, Format]:
         serving.FORMAT_SGLANG_JSONL: (serving.detect_sglang_jsonl, serving.parse_sglang_jsonl),
         serving.FORMAT_VLLM_JSON: (serving.detect_vllm_json, serving.parse_vllm_json),
     }
-
-
-def format_names() -> list[str]:
-    return sorted(_formats())
 
 
 def parse_text(text: str, fmt: str | None = None, marker: str = "ALL_DONE", **options: Any) -> ParsedRun:
