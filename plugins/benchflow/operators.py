@@ -43,6 +43,10 @@ class HostOperator(BaseOperator):
     def job(self, context: Any, name: str | None = None) -> Any:
         return remote.job_paths(self.rundir(context), name or self.job_name)
 
+    def status(self, paths: Any, marker: str = "-") -> remote.JobStatus:
+        """One round trip for a job's exit code, liveness, marker and newest log line."""
+        return remote.parse_status(self.host.check(remote.status_command(paths, marker), 60, "status").stdout)
+
     def log_tail(self, context: Any, lines: int = LOG_TAIL_LINES) -> str:
         return self.host.run(remote.tail_command(self.job(context).log_file, lines), timeout=60).stdout
 
@@ -151,7 +155,7 @@ class LaunchBenchmarkOperator(HostOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         paths = self.job(context)
-        status = remote.parse_status(self.host.check(remote.status_command(paths, self.marker), 60, "status").stdout)
+        status = self.status(paths, self.marker)
         if status.alive or status.exit_code is not None:
             self.log.info("job of this run already exists (pid %s, exit %s): attaching", status.pid, status.exit_code)
             return {"pid": status.pid, "attached": True}
@@ -192,7 +196,7 @@ class LaunchServersOperator(HostOperator):
         for server in self.servers:
             name = server_job(self.config, server)
             paths = self.job(context, name)
-            status = remote.parse_status(self.host.check(remote.status_command(paths, "-"), 60, "status").stdout)
+            status = self.status(paths)
             if status.alive:
                 self.log.info("%s already running (pid %s): attaching", name, status.pid)
                 pids[name] = status.pid or 0
@@ -232,7 +236,7 @@ class ServersReadySensor(HostOperator, BaseSensorOperator):
         for server in self.servers:
             name = server_job(self.config, server)
             paths = self.job(context, name)
-            status = remote.parse_status(self.host.check(remote.status_command(paths, "-"), 60, "status").stdout)
+            status = self.status(paths)
             if not status.alive:
                 tail = self.host.run(remote.tail_command(paths.log_file, LOG_TAIL_LINES), 60).stdout
                 raise AirflowFailException(f"server {name} is not running (exit {status.exit_code}); "
@@ -274,10 +278,10 @@ class StopBenchmarkOperator(HostOperator):
 
     def execute(self, context: Any) -> None:
         paths = self.job(context)
-        status = remote.parse_status(self.host.run(remote.status_command(paths, self.marker), 60).stdout)
+        status = self.status(paths, self.marker)
         if status.alive and status.marker:
             self.host.run(remote.wait_exit_command(paths, self.exit_grace_s), self.exit_grace_s + 30)
-            status = remote.parse_status(self.host.run(remote.status_command(paths, self.marker), 60).stdout)
+            status = self.status(paths, self.marker)
         if not status.alive:
             self.log.info("benchmark not running (exit %s)", status.exit_code)
             return
@@ -359,25 +363,16 @@ class DoneMarkerSensor(HostOperator, BaseSensorOperator):
 
     def poke(self, context: Any) -> bool:
         paths = self.job(context)
-        status = remote.parse_status(self.host.check(remote.status_command(paths, self.marker), 60, "status").stdout)
+        status = self.status(paths, self.marker)
         self._checks += 1
-        elapsed = "?" if status.elapsed_s is None else f"{status.elapsed_s}s"
-        self.log.info("progress [check %d, %s, pid %s]: %s", self._checks, elapsed, status.pid, status.last_line)
-        if status.marker:
+        self.log.info("%s", remote.progress_line(status, self._checks))
+        outcome, message = remote.judge(status, self.marker, self.benchmark_timeout, self._checks, paths.job_dir)
+        if outcome == "done":
             return True
-        if not status.started:
-            raise AirflowFailException(f"no benchmark job in {paths.job_dir}: was launch_benchmark run?")
-        if status.exit_code is not None or not status.alive:
-            how = f"exited with code {status.exit_code}" if status.exit_code is not None else "died"
-            raise AirflowFailException(
-                f"benchmark {how} without writing {self.marker!r} (check {self._checks}); "
-                f"last {LOG_TAIL_LINES} log lines:\n" + self.log_tail(context)
-            )
-        if status.elapsed_s is not None and status.elapsed_s > self.benchmark_timeout:
-            tail = self.log_tail(context)
+        if outcome == "running":
+            return False
+        if outcome in ("dead", "timeout"):
+            message = f"{message}; last {LOG_TAIL_LINES} log lines:\n{self.log_tail(context)}"
+        if outcome == "timeout":
             self.host.check(remote.kill_command(paths), timeout=60, what="kill benchmark")
-            raise AirflowFailException(
-                f"benchmark ran past its timeout of {self.benchmark_timeout:.0f} s; its process group was "
-                f"killed; last {LOG_TAIL_LINES} log lines:\n{tail}"
-            )
-        return False
+        raise AirflowFailException(message)

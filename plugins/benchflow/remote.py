@@ -139,6 +139,27 @@ def parse_status(stdout: str) -> JobStatus:
     )
 
 
+def judge(status: JobStatus, marker: str, timeout_s: float, check: int, job_dir: str) -> tuple[str, str]:
+    """What one check of a benchmark job means: ``(outcome, message)``, outcome one of ``done``,
+    ``running``, ``missing``, ``dead`` or ``timeout``. The caller adds the log tail to ``dead`` and
+    ``timeout`` and kills the process group on ``timeout``; the poke sensor and the trigger share this."""
+    if status.marker:
+        return "done", f"{marker} seen in the log"
+    if not status.started:
+        return "missing", f"no benchmark job in {job_dir}: was launch_benchmark run?"
+    if status.exit_code is not None or not status.alive:
+        how = f"exited with code {status.exit_code}" if status.exit_code is not None else "died"
+        return "dead", f"benchmark {how} without writing {marker!r} (check {check})"
+    if status.elapsed_s is not None and status.elapsed_s > timeout_s:
+        return "timeout", f"benchmark ran past its timeout of {timeout_s:.0f} s; its process group was killed"
+    return "running", ""
+
+
+def progress_line(status: JobStatus, check: int) -> str:
+    elapsed = "?" if status.elapsed_s is None else f"{status.elapsed_s}s"
+    return f"progress [check {check}, {elapsed}, pid {status.pid}]: {status.last_line}"
+
+
 def tail_command(path: str, lines: int = 20) -> str:
     return f"tail -n {int(lines)} {shlex.quote(path)} 2>/dev/null || true"
 

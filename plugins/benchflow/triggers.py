@@ -249,26 +249,13 @@ class DoneMarkerTrigger(BaseTrigger):
         _, out = await shell.run(remote.status_command(paths, self.marker), timeout=60)
         status = remote.parse_status(out)
         self.checks += 1
-        elapsed = "?" if status.elapsed_s is None else f"{status.elapsed_s}s"
-        self.log.info("progress [check %d, %s, pid %s]: %s", self.checks, elapsed, status.pid, status.last_line)
-        if status.marker:
-            return {"status": "done", "message": f"{self.marker} seen in the log"}
-        if not status.started:
-            return {"status": "failed", "message": f"no benchmark job in {paths.job_dir}: was launch_benchmark run?"}
-        if status.exit_code is not None or not status.alive:
-            how = f"exited with code {status.exit_code}" if status.exit_code is not None else "died"
+        self.log.info("%s", remote.progress_line(status, self.checks))
+        outcome, message = remote.judge(status, self.marker, self.timeout_s, self.checks, paths.job_dir)
+        if outcome == "running":
+            return None
+        if outcome in ("dead", "timeout"):
             _, tail = await shell.run(remote.tail_command(paths.log_file, LOG_TAIL_LINES), timeout=60)
-            return {
-                "status": "failed",
-                "message": f"benchmark {how} without writing {self.marker!r} (check {self.checks}); "
-                f"last {LOG_TAIL_LINES} log lines:\n{tail}",
-            }
-        if status.elapsed_s is not None and status.elapsed_s > self.timeout_s:
-            _, tail = await shell.run(remote.tail_command(paths.log_file, LOG_TAIL_LINES), timeout=60)
+            message = f"{message}; last {LOG_TAIL_LINES} log lines:\n{tail}"
+        if outcome == "timeout":
             await shell.run(remote.kill_command(paths), timeout=60)
-            return {
-                "status": "timeout",
-                "message": f"benchmark ran past its timeout of {self.timeout_s:.0f} s; its process group was "
-                f"killed; last {LOG_TAIL_LINES} log lines:\n{tail}",
-            }
-        return None
+        return {"status": {"done": "done", "timeout": "timeout"}.get(outcome, "failed"), "message": message}

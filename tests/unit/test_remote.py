@@ -56,3 +56,20 @@ def test_preflight_facts_join_one_line_per_gpu():
     facts = remote.parse_facts("hostname=h1\ngpu=NVIDIA H200, 570.1, 143771 MiB\ngpu=NVIDIA H200, 570.1, 143771 MiB\n")
     assert facts["gpu_count"] == "2" and facts["hostname"] == "h1"
     assert remote.parse_facts("gpu=none\n")["gpu_count"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome", "words"),
+    [
+        ("marker=1 exit= alive=1 pid=9 elapsed=5", "done", "ALL_DONE seen"),
+        ("marker=0 exit= alive=1 pid=9 elapsed=5", "running", ""),
+        ("marker=0 exit= alive=0 pid= elapsed=", "missing", "no benchmark job in /w/bench"),
+        ("marker=0 exit=3 alive=0 pid=9 elapsed=5", "dead", "exited with code 3 without writing 'ALL_DONE' (check 2)"),
+        ("marker=0 exit= alive=0 pid=9 elapsed=5", "dead", "died without writing"),
+        ("marker=0 exit= alive=1 pid=9 elapsed=61", "timeout", "past its timeout of 60 s"),
+        ("marker=1 exit= alive=1 pid=9 elapsed=61", "done", "seen"),  # the marker wins over the clock
+    ],
+)
+def test_judge_one_check(status, outcome, words):
+    got, message = remote.judge(remote.parse_status(status + "\n"), "ALL_DONE", 60, 2, "/w/bench")
+    assert got == outcome and words in message
