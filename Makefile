@@ -7,10 +7,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTHON ?= python3
-SSHD   := /usr/sbin/sshd
+# The tests start a real OpenSSH server on loopback ports and drive the UI with Debian's Chromium.
+SYSTEM_DEPS := /usr/sbin/sshd /usr/bin/chromium
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint venv constraints clean
+.PHONY: demo test lint venv constraints clean compose-env
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,13 +29,24 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-# The tests start a real OpenSSH server on a loopback port (tests/sshd.py): a second "machine".
-$(SSHD):
+$(SYSTEM_DEPS):
 	$(SUDO) apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openssh-server openssh-client
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openssh-server openssh-client chromium
 
-test: lint $(SSHD)
+test: lint $(SYSTEM_DEPS)
 	TRITON_INTERPRET=1 $(VENV)/bin/pytest
+
+# docker-compose.yaml's gpu-sim: its host key and the workers' client key (./secrets/, never in git),
+# and in .env the pinned host key and the UID the containers run as.
+compose-env:
+	mkdir -p secrets var logs
+	test -f secrets/gpu_sim_host_ed25519 || ssh-keygen -q -t ed25519 -N "" -C gpu-sim -f secrets/gpu_sim_host_ed25519
+	test -f secrets/gpu_sim_client_ed25519 || ssh-keygen -q -t ed25519 -N "" -C airflow -f secrets/gpu_sim_client_ed25519
+	touch .env
+	grep -vE '^(AIRFLOW_UID|GPU_SIM_HOST_KEY)=' .env > .env.new || true
+	echo "AIRFLOW_UID=$$(id -u)" >> .env.new
+	echo "GPU_SIM_HOST_KEY=$$(cut -d' ' -f1,2 secrets/gpu_sim_host_ed25519.pub)" >> .env.new
+	mv .env.new .env
 
 # Re-pin the whole resolved set after changing requirements*.txt.
 constraints: $(STAMP)

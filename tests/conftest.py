@@ -12,12 +12,12 @@ import tempfile
 from pathlib import Path
 
 import psutil
-import psycopg2
 import pytest
+
+from tests.airflow_stack import pg_admin
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
-PG_DSN = os.environ.get("BENCH_TEST_PG", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
 TEST_DB = f"benchflow_test_{os.getpid()}"
 PG_URI = f"postgresql://postgres@127.0.0.1:5432/{TEST_DB}"
 VAR = Path(tempfile.mkdtemp(prefix="benchflow-test-"))
@@ -36,22 +36,13 @@ os.environ.update(
 os.environ.pop("AIRFLOW_CONN_BENCH_WAREHOUSE", None)
 
 
-def _admin(sql: str) -> None:
-    con = psycopg2.connect(PG_DSN)
-    con.autocommit = True
-    try:
-        con.cursor().execute(sql)
-    finally:
-        con.close()
-
-
 def pytest_sessionstart(session: pytest.Session) -> None:
-    _admin(f'DROP DATABASE IF EXISTS "{TEST_DB}"')
-    _admin(f'CREATE DATABASE "{TEST_DB}"')
+    pg_admin(f'DROP DATABASE IF EXISTS "{TEST_DB}"')
+    pg_admin(f'CREATE DATABASE "{TEST_DB}"')
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    _admin(f'DROP DATABASE IF EXISTS "{TEST_DB}" WITH (FORCE)')
+    pg_admin(f'DROP DATABASE IF EXISTS "{TEST_DB}" WITH (FORCE)')
     shutil.rmtree(VAR, ignore_errors=True)
 
 

@@ -4,6 +4,7 @@
     bench parse FILE [--format NAME]   tidy rows of a benchmark output as JSON lines
     bench run CAMPAIGN                 run one campaign through Airflow (dag.test) and print its rows
     bench sql QUERY                    run a read query against the results warehouse
+    bench pools                        create the Airflow pool of every spec's host (one slot each)
 """
 
 from __future__ import annotations
@@ -85,6 +86,34 @@ def cmd_parse(args: argparse.Namespace) -> int:
     return 0
 
 
+def ensure_pools() -> list[str]:
+    """Create the one-slot pool of every host that a valid spec names; an existing pool is left as its
+    operators set it. Needs Airflow's metadata database (run after ``airflow db migrate``)."""
+    from airflow.models.pool import Pool
+
+    from benchflow.spec import host_pool, load_all
+
+    specs, _ = load_all()
+    lines = []
+    for host in sorted({spec.host for spec in specs}):
+        name = host_pool(host)
+        pool = Pool.get_pool(name)
+        if pool is None:
+            description = f"one benchmark campaign at a time on host {host}"
+            pool = Pool.create_or_update_pool(name, 1, description, include_deferred=False)
+            lines.append(f"{name}: created, {pool.slots} slot")
+        else:
+            lines.append(f"{name}: exists, {pool.slots} slot(s)")
+    return lines
+
+
+def cmd_pools(args: argparse.Namespace) -> int:
+    configure_airflow()
+    for line in ensure_pools():
+        print(line)
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from benchflow.spec import SpecError, find_spec, load_spec
 
@@ -99,6 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from airflow.utils.db import upgradedb
 
     upgradedb()
+    ensure_pools()
     setup_s = time.monotonic() - started
     bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags" / "campaigns.py"))
     dag = bag.get_dag(spec.dag_id)
@@ -175,6 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sql.add_argument("query", help="SQL, e.g. \"SELECT * FROM runs ORDER BY started_at DESC LIMIT 5\"")
     sql.set_defaults(func=cmd_sql)
+    pools = sub.add_parser(
+        "pools", help="create the host pools", description="Create the one-slot Airflow pool of every spec's host."
+    )
+    pools.set_defaults(func=cmd_pools)
     return parser
 
 

@@ -1,8 +1,9 @@
 """Spec → DAG. The task graph of every campaign:
 
-    preflight → stop_services → deploy_payload → launch_benchmark → wait_done
+    preflight → acquire_host → stop_services → deploy_payload → launch_benchmark → wait_done
         → stop_benchmark (teardown of launch) → restore_services (teardown of stop_services)
-        → fetch_artifacts (runs whatever happened) → parse → validate → load → verdict
+        → fetch_artifacts (runs whatever happened) → release_host (teardown of acquire_host)
+        → parse → validate → load → verdict
 
 A serving campaign runs one task group per config in turn, in place of the launch … stop_benchmark
 chain: launch_servers → servers_ready → launch_benchmark → wait_done → stop_benchmark → stop_servers
@@ -11,6 +12,11 @@ chain: launch_servers → servers_ready → launch_benchmark → wait_done → s
 ``fetch_artifacts`` runs even when the benchmark failed, so rows of completed phases are always
 loaded; ``verdict`` then fails the run unless the benchmark reached its done marker and its rows
 passed validation.
+
+One campaign per host at a time: every task that touches the host runs in the host's pool (one slot,
+``bench pools`` creates them), and ``acquire_host`` … ``release_host`` hold the host's lease, so a
+second campaign for the same host waits (holding no worker slot) until the first has restored its
+services. Campaigns on other hosts run alongside.
 """
 
 from __future__ import annotations
@@ -24,12 +30,14 @@ from airflow.sdk import DAG, Asset, BaseOperator, Param, TaskGroup, TriggerRule,
 from airflow.sdk.exceptions import AirflowFailException
 
 from benchflow.operators import (
+    AcquireHostSensor,
     DeployPayloadOperator,
     DoneMarkerSensor,
     FetchArtifactsOperator,
     LaunchBenchmarkOperator,
     LaunchServersOperator,
     PreflightOperator,
+    ReleaseHostOperator,
     ServersReadySensor,
     ServicesOperator,
     StopBenchmarkOperator,
@@ -78,8 +86,8 @@ def run_record(spec: CampaignSpec, context: Any, status: str, detail: str = "") 
 def build_dag(spec: CampaignSpec) -> DAG:
     timeouts = spec.timeouts
     bench = spec.benchmark
-    on_host: dict[str, Any] = {"host_id": spec.host}
-    total = timeouts.preflight + 2 * timeouts.services + timeouts.deploy + timeouts.benchmark + 1800
+    on_host: dict[str, Any] = {"host_id": spec.host, "pool": spec.pool}
+    lease_s = timeouts.lease_seconds(len(spec.configs))
 
     with DAG(
         dag_id=spec.dag_id,
@@ -88,7 +96,7 @@ def build_dag(spec: CampaignSpec) -> DAG:
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
-        dagrun_timeout=_seconds(total),
+        dagrun_timeout=_seconds(timeouts.host_wait + lease_s),
         tags=["bench", spec.kind, *spec.tags],
         doc_md=f"**{spec.name}** ({spec.kind} campaign on host `{spec.host}`)\n\n{spec.description}\n\n"
         f"Spec: `include/campaigns/{spec.name}.yaml` (sha256 `{spec.spec_hash()[:12]}`)\n\n{__doc__}",
@@ -101,6 +109,10 @@ def build_dag(spec: CampaignSpec) -> DAG:
         preflight = PreflightOperator(
             task_id="preflight", benchmark_args=dict(bench.args), serving=spec.kind == "serving",
             execution_timeout=_seconds(timeouts.preflight), **on_host,
+        )  # fmt: skip
+        acquire = AcquireHostSensor(
+            task_id="acquire_host", lease_ttl_s=lease_s, timeout=timeouts.host_wait,
+            poke_interval=timeouts.host_poke_interval, retries=0, **on_host,
         )  # fmt: skip
         services = [s.model_dump() for s in spec.services]
         stop = ServicesOperator(
@@ -119,7 +131,7 @@ def build_dag(spec: CampaignSpec) -> DAG:
             )  # fmt: skip
             wait = DoneMarkerSensor(
                 task_id="wait_done", marker=bench.marker, benchmark_timeout=timeouts.benchmark, job=job,
-                poke_interval=timeouts.poke_interval, retries=0, **on_host,
+                poke_interval=timeouts.poke_interval, deferrable=bench.deferrable, retries=0, **on_host,
             )  # fmt: skip
             stop_bench = StopBenchmarkOperator(
                 task_id="stop_benchmark", job=job, marker=bench.marker, execution_timeout=_seconds(120), **on_host
@@ -257,10 +269,13 @@ def build_dag(spec: CampaignSpec) -> DAG:
                     f"run is {loaded['status']}: {loaded['detail']} ({loaded['rows']} rows kept in the warehouse)"
                 )
 
-        preflight >> stop >> deploy
+        release = ReleaseHostOperator(task_id="release_host", execution_timeout=_seconds(120), **on_host)
+        preflight >> acquire >> stop >> deploy
         last >> restore
         last >> fetch
         restore.as_teardown(setups=stop, on_failure_fail_dagrun=True)
+        [restore, fetch] >> release
+        release.as_teardown(setups=acquire, on_failure_fail_dagrun=True)
         parsed = parse(fetch.output)  # type: ignore[arg-type]  # TaskFlow passes XComArgs
         loaded = load(parsed, validate(parsed))  # type: ignore[arg-type]
         detect_regressions(loaded) >> verdict()  # type: ignore[arg-type]

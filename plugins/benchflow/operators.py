@@ -376,3 +376,50 @@ class DoneMarkerSensor(HostOperator, BaseSensorOperator):
         if outcome == "timeout":
             self.host.check(remote.kill_command(paths), timeout=60, what="kill benchmark")
         raise AirflowFailException(message)
+
+
+class AcquireHostSensor(HostOperator, BaseSensorOperator):
+    """Take the host's lease before anything touches its GPUs; wait while another campaign holds it.
+
+    One campaign per host at a time: the host's pool keeps two campaigns' tasks from running at the
+    same instant, but only the lease keeps one campaign's launch from landing between another's
+    stop_services and restore_services (a deferred wait frees its pool slot). Waits in reschedule
+    mode, so a queued campaign holds no worker slot. The lease expires after ``lease_ttl_s`` (the DAG
+    run's timeout), so a run whose teardown never ran cannot keep the host forever.
+    """
+
+    ui_color = "#e6f4ea"
+
+    def __init__(self, *, lease_ttl_s: float, **kwargs: Any):
+        kwargs.setdefault("mode", "reschedule")
+        super().__init__(**kwargs)
+        self.lease_ttl_s = lease_ttl_s
+
+    def poke(self, context: Any) -> bool:
+        owner = remote.lease_owner(context["dag"].dag_id, context["run_id"])
+        result = self.host.check(remote.lease_acquire_command(self.host.workdir, owner, self.lease_ttl_s), 60,
+                                 "take the host lease")  # fmt: skip
+        state, _, rest = result.stdout.strip().partition(" ")
+        holder, _, expires = rest.rpartition(" ")
+        if state == "acquired":
+            self.log.info("host %s leased to %s until %s", self.host_id, holder, _epoch(expires))
+            return True
+        self.log.info("host %s is leased by %s until %s: waiting", self.host_id, holder, _epoch(expires))
+        return False
+
+
+class ReleaseHostOperator(HostOperator):
+    """Teardown: give the host's lease back, so the next campaign queued for the host can start."""
+
+    def execute(self, context: Any) -> str:
+        owner = remote.lease_owner(context["dag"].dag_id, context["run_id"])
+        result = self.host.check(remote.lease_release_command(self.host.workdir, owner), 60, "release the host lease")
+        outcome = result.stdout.strip()
+        self.log.info("host %s lease of %s: %s", self.host_id, owner, outcome)
+        return outcome
+
+
+def _epoch(value: str) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(int(value), UTC).isoformat() if value.isdigit() else "?"

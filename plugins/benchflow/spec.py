@@ -49,6 +49,13 @@ Scalar = int | float | bool | Line
 ArgValue = Scalar | list[Scalar]
 
 
+SCHEDULE_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@yearly")
+
+
+def host_pool(host: str) -> str:
+    return f"bench_host_{host}"
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -135,6 +142,9 @@ class Benchmark(_Model):
     parser: Literal["kernel_sweep", "serving_log", "generic"] = "kernel_sweep"
     patterns: dict[Ident, Pattern] = Field(default_factory=dict, description="metrics, for parser 'generic'")
     output: PayloadPath = Field(default="results.jsonl", description="JSONL the script writes (--out)")
+    deferrable: bool = Field(
+        default=True, description="wait in the triggerer (no worker slot); false: poke from a worker slot"
+    )
 
     @model_validator(mode="after")
     def _patterns_for_generic(self) -> Benchmark:
@@ -152,6 +162,13 @@ class Timeouts(_Model):
     server_ready: float = Field(default=900, gt=0)
     benchmark: float = Field(default=3600, gt=0)
     poke_interval: float = Field(default=5, gt=0, le=300)
+    host_wait: float = Field(default=6 * 3600, gt=0, description="how long to queue for a host another run holds")
+    host_poke_interval: float = Field(default=30, gt=0, le=600, description="how often a queued run asks again")
+
+    def lease_seconds(self, configs: int) -> float:
+        """Upper bound on how long a run holds its host: every stage at its timeout, plus slack."""
+        per_config = self.benchmark + (self.server_ready + 600 if configs else 0)
+        return self.preflight + 2 * self.services + self.deploy + max(1, configs) * per_config + 1800
 
 
 class RegressionLimits(_Model):
@@ -182,7 +199,7 @@ class CampaignSpec(_Model):
     host: HostId = "local"
     payload: Ident
     requires: list[Ident] = Field(default_factory=list, description="other payloads deployed inside this one")
-    schedule: Line | None = Field(default=None, description="cron or preset; null: manual only")
+    schedule: Line | None = Field(default="@daily", description="cron or preset (default nightly); null: manual only")
     tags: list[Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")]] = Field(default_factory=list)
     retries: int = Field(default=0, ge=0, le=10)
     services: list[Service] = Field(default_factory=list)
@@ -220,9 +237,25 @@ class CampaignSpec(_Model):
             cls._payload_exists(name, info)
         return value
 
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, value: str | None) -> str | None:
+        if value is None or value in SCHEDULE_PRESETS:
+            return value
+        from croniter import croniter
+
+        if len(value.split()) != 5 or not croniter.is_valid(value):
+            raise ValueError(f"not a 5-field cron expression or one of {', '.join(SCHEDULE_PRESETS)}: {value!r}")
+        return value
+
     @property
     def dag_id(self) -> str:
         return f"bench_{self.name}"
+
+    @property
+    def pool(self) -> str:
+        """The host's Airflow pool (one slot): every task that touches the host runs in it."""
+        return host_pool(self.host)
 
     def spec_hash(self) -> str:
         """sha256 of the validated spec, so a result row can be traced to the exact configuration."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from benchflow.parsers.serving import COLUMNS as SERVING_COLUMNS
 from benchflow.paths import SQL_DIR, var_dir
 
 CONN_ID = "bench_warehouse"
+DUCKDB_LOCK_WAIT_S = 300
 RUN_STATUSES = ("ok", "incomplete", "failed", "invalid")
 # result kind → (table, columns in load order). Identifiers here are the only ones spliced into SQL.
 RESULT_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -232,7 +234,18 @@ class Warehouse:
 
             assert self.path is not None
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            return duckdb.connect(str(self.path))
+            # One process at a time may open a DuckDB file: campaigns that load at the same moment
+            # (several Celery workers) take turns, each session being short.
+            deadline = time.monotonic() + DUCKDB_LOCK_WAIT_S
+            delay = 0.05
+            while True:
+                try:
+                    return duckdb.connect(str(self.path))
+                except duckdb.IOException as exc:
+                    if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                        raise
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
         assert self.postgres is not None
         con: Any
         if "://" in self.postgres or "=" in self.postgres:

@@ -60,8 +60,8 @@ def test_every_spec_yields_a_dag_and_the_report_dag_exists(parsed):
     assert parsed["dags"]["bench_report"] == ["render_plots"]
 
 
-COMMON = {"preflight", "stop_services", "deploy_payload", "restore_services", "fetch_artifacts", "parse", "validate",
-          "load", "detect_regressions", "verdict"}  # fmt: skip
+COMMON = {"preflight", "acquire_host", "release_host", "stop_services", "deploy_payload", "restore_services",
+          "fetch_artifacts", "parse", "validate", "load", "detect_regressions", "verdict"}  # fmt: skip
 BENCHMARK = {"launch_benchmark", "wait_done", "stop_benchmark"}
 SERVERS = {"launch_servers", "servers_ready", "stop_servers"}
 
@@ -105,3 +105,26 @@ def test_dag_settings():
     assert dag.task_dict["restore_services"].is_teardown and dag.task_dict["stop_benchmark"].is_teardown
     assert dag.task_dict["stop_services"].is_setup and dag.task_dict["launch_benchmark"].is_setup
     assert dag.task_dict["fetch_artifacts"].trigger_rule == "all_done"
+    assert dag.task_dict["acquire_host"].is_setup and dag.task_dict["release_host"].is_teardown
+    assert dag.task_dict["acquire_host"].mode == "reschedule"  # a queued campaign holds no worker slot
+    assert dag.dagrun_timeout.total_seconds() > spec.timeouts.host_wait + spec.timeouts.benchmark
+
+
+def test_every_task_on_the_host_runs_in_the_hosts_pool():
+    from benchflow.factory import build_dag
+    from benchflow.operators import HostOperator
+
+    for spec in load_all()[0]:
+        dag = build_dag(spec)
+        on_host = {t.task_id for t in dag.tasks if isinstance(t, HostOperator)}
+        assert {"acquire_host", "stop_services", "restore_services", "release_host"} <= on_host
+        for task in dag.tasks:
+            assert task.pool == (f"bench_host_{spec.host}" if task.task_id in on_host else "default_pool"), task
+
+
+def test_serving_lease_covers_every_config():
+    from benchflow.factory import build_dag
+
+    one = next(s for s in load_all()[0] if s.name == "serving_pd")
+    spec = one.model_copy(update={"configs": [*one.configs, one.configs[0].model_copy(update={"name": "again"})]})
+    assert build_dag(spec).task_dict["acquire_host"].lease_ttl_s > build_dag(one).task_dict["acquire_host"].lease_ttl_s

@@ -66,3 +66,22 @@ def test_sql_queries_the_warehouse_and_reports_errors():
     assert ok.returncode == 0 and "runs" in ok.stdout
     bad = bench("sql", "SELECT nope FROM runs")
     assert bad.returncode == 1 and "warehouse.duckdb" in bad.stderr and "nope" in bad.stderr
+
+
+def test_pools_creates_one_slot_per_host_once_and_keeps_an_operators_change(airflow_db):
+    from airflow.models.pool import Pool
+
+    from benchflow.spec import load_all
+
+    hosts = {spec.host for spec in load_all()[0]}
+    assert {"local", "gpu_loopback", "gpu_rtxpro6000"} <= hosts
+    first = bench("pools")
+    assert first.returncode == 0, first.stderr
+    for host in hosts:
+        assert f"bench_host_{host}: created, 1 slot" in first.stdout
+        pool = Pool.get_pool(f"bench_host_{host}")
+        assert pool is not None and pool.slots == 1 and not pool.include_deferred
+    Pool.create_or_update_pool("bench_host_gpu_rtxpro6000", 2, "two campaigns at once on this host", False)
+    again = bench("pools")
+    assert "bench_host_gpu_rtxpro6000: exists, 2 slot(s)" in again.stdout and "created" not in again.stdout
+    assert Pool.get_pool("bench_host_gpu_rtxpro6000").slots == 2

@@ -87,3 +87,42 @@ def test_preflight_reports_facts_of_this_machine(host):
     facts = remote.parse_facts(host.check(remote.preflight_command(host.python, host.workdir), 60, "preflight").stdout)
     assert facts["gpu"] == "none" and facts["gpu_count"] == "0"
     assert facts["torch"].startswith("2.")
+
+
+def lease(host, owner, ttl=3600):
+    return host.check(remote.lease_acquire_command(host.workdir, owner, ttl), 60, "lease").stdout.split()[:2]
+
+
+def release(host, owner):
+    return host.check(remote.lease_release_command(host.workdir, owner), 60, "release").stdout.strip()
+
+
+def test_host_lease_one_holder_reentrant_released_by_its_owner_only(host):
+    assert lease(host, "bench_a/run1") == ["acquired", "bench_a/run1"]
+    assert lease(host, "bench_b/run1") == ["held", "bench_a/run1"]
+    assert lease(host, "bench_a/run1") == ["acquired", "bench_a/run1"]  # a retry of the holder
+    assert release(host, "bench_b/run1").startswith("held bench_a/run1")  # not b's to give back
+    assert lease(host, "bench_b/run1") == ["held", "bench_a/run1"]
+    assert release(host, "bench_a/run1") == "released"
+    assert release(host, "bench_a/run1") == "not held"
+    assert lease(host, "bench_b/run1") == ["acquired", "bench_b/run1"]
+
+
+def test_an_expired_lease_is_taken_over(host):
+    assert lease(host, "bench_a/crashed", ttl=-10) == ["acquired", "bench_a/crashed"]
+    assert lease(host, "bench_b/run1") == ["acquired", "bench_b/run1"]
+
+
+def test_racing_campaigns_get_one_lease(host):
+    import subprocess
+
+    owners = [f"bench_{i}/run" for i in range(12)]
+    procs = [subprocess.Popen(["bash", "-c", remote.lease_acquire_command(host.workdir, o, 3600)], text=True,
+                              stdout=subprocess.PIPE) for o in owners]  # fmt: skip
+    outcomes = [proc.communicate(timeout=60)[0].split()[0] for proc in procs]
+    assert outcomes.count("acquired") == 1 and outcomes.count("held") == 11
+
+
+def test_lease_owner_is_validated_before_reaching_a_shell():
+    with pytest.raises(ValueError, match="lease owner"):
+        remote.lease_acquire_command("/tmp/w", "bench_a/x; rm -rf ~", 60)

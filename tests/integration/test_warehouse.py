@@ -112,3 +112,33 @@ def test_per_request_rows_go_to_their_own_table_and_are_replaced(warehouse):
     raw = warehouse.query("SELECT seq, ok, error FROM serving_requests ORDER BY seq").to_dict("records")
     got = [(r["seq"], bool(r["ok"]), r["error"]) for r in raw]
     assert got == [(0, True, ""), (1, False, "HTTP 500"), (2, True, "")]
+
+
+def test_a_duckdb_file_held_by_another_process_is_waited_for(tmp_path, monkeypatch):
+    """Celery workers load at the same moment; DuckDB lets one process at a time open the file."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "wh.duckdb"
+    Warehouse(path).load(record(), "kernel_sweep", ROWS)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True);"
+         " time.sleep(2); c.close(); print('released', flush=True); time.sleep(30)", str(path)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        import duckdb
+
+        from benchflow import warehouse as module
+
+        with monkeypatch.context() as patch:  # not waiting: the lock is really held
+            patch.setattr(module, "DUCKDB_LOCK_WAIT_S", 0)
+            with pytest.raises(duckdb.IOException, match="lock"):
+                Warehouse(path).query("SELECT 1")
+        Warehouse(path).load(record(run_id="r2"), "kernel_sweep", ROWS)  # waits for the holder
+        assert holder.stdout.readline().strip() == "released"
+        assert count(Warehouse(path), "kernel_results", "r2") == 2
+    finally:
+        holder.kill()
+        holder.wait()

@@ -40,7 +40,14 @@ def test_good_spec_loads_with_defaults(tmp_path):
     assert spec.dag_id == "bench_camp"
     assert spec.benchmark.marker == "ALL_DONE"
     assert spec.timeouts.benchmark == 60 and spec.timeouts.poke_interval == 5
+    assert spec.schedule == "@daily" and spec.pool == "bench_host_local"
     assert len(spec.spec_hash()) == 64
+
+
+@pytest.mark.parametrize("schedule", ["0 2 * * *", "@weekly", "*/30 1-5 * * mon-fri", None])
+def test_schedules_cron_preset_or_manual_only(tmp_path, schedule):
+    text = GOOD.replace("kind: kernel\n", f"kind: kernel\nschedule: {'null' if schedule is None else repr(schedule)}\n")
+    assert load_spec(write(tmp_path, text)).schedule == schedule
 
 
 def test_spec_hash_changes_with_content(tmp_path):
@@ -54,6 +61,8 @@ BAD = [
     ("unknown key", "kind: kernel\n", "kind: kernel\nnightly: true\n", "nightly", 3),
     ("wrong type", "benchmark: 60", "benchmark: soon", "timeouts.benchmark", 10),
     ("negative timeout", "benchmark: 60", "benchmark: -5", "timeouts.benchmark", 10),
+    ("bad cron", "kind: kernel\n", "kind: kernel\nschedule: '0 25 * * *'\n", "schedule", 3),
+    ("cron with 6 fields", "kind: kernel\n", "kind: kernel\nschedule: '0 0 2 * * *'\n", "schedule", 3),
     ("missing payload dir", "payload: moe", "payload: nosuchpayload", "payload", 4),
     ("no payload at all", "payload: moe\n", "", "payload", 1),
     ("shell metacharacters in host", "host: local", "host: 'gpu1; rm -rf ~'", "host", 3),
