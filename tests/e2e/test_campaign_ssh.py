@@ -106,9 +106,9 @@ def test_demo_campaign_over_ssh_end_to_end(bag, sshd, var_dir):
     # Artifacts came back over SFTP into the local artifacts directory, keyed by dag_id/run_id.
     artifacts = var_dir / "artifacts" / "bench_moe_kernel_ssh" / remote.run_key(run_id)
     assert (artifacts / "results.jsonl").exists() and "ALL_DONE" in (artifacts / "bench.log").read_text()
-    # One connection for each task that touches the host (preflight, deploy, launch, stop_benchmark, fetch;
-    # this spec has no services) and one for the whole deferred wait.
-    assert sshd.connections_accepted() - before == 6
+    # One connection for each task that touches the host (preflight, acquire_host, deploy, launch,
+    # stop_benchmark, fetch, release_host; this spec has no services) and one for the whole deferred wait.
+    assert sshd.connections_accepted() - before == 8
 
 
 def test_sshd_outage_mid_wait_reconnects_and_loses_nothing(bag, sshd, capfd):
