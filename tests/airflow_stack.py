@@ -98,26 +98,28 @@ class AirflowStack:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def _airflow(self, *args: str, timeout: float = 600) -> str:
-        proc = subprocess.run([str(BIN / "airflow"), *args], env=self.env, capture_output=True, text=True,
+    def _run(self, *command: str, timeout: float = 600) -> str:
+        """``airflow …`` or ``bench …`` from the venv, in the stack's environment; fails with its output."""
+        proc = subprocess.run([str(BIN / command[0]), *command[1:]], env=self.env, capture_output=True, text=True,
                               timeout=timeout, cwd=self.root)  # fmt: skip
         if proc.returncode != 0:
-            raise RuntimeError(f"airflow {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+            raise RuntimeError(f"{' '.join(command)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
         return proc.stdout
+
+    def _log(self, component: str) -> Path:
+        return self.root / f"{component.replace(' ', '-')}.log"
 
     def start(self, timeout: float = 240) -> AirflowStack:
         pg_admin(f'CREATE DATABASE "{self.name}"')
-        self._airflow("db", "migrate")
-        pools = subprocess.run([str(BIN / "bench"), "pools"], env=self.env, capture_output=True, text=True,
-                               timeout=300, check=True)  # fmt: skip
-        self.pools_output = pools.stdout
+        self._run("airflow", "db", "migrate")
+        self._run("bench", "pools")
         for component in COMPONENTS:
             args = component.split()
             if component == "api-server":
                 args += ["--port", str(self.port), "--host", "127.0.0.1"]
             if component == "celery worker":
                 args += ["--queues", self.name]
-            log = (self.root / f"{args[0]}{'-' + args[1] if component == 'celery worker' else ''}.log").open("ab")
+            log = self._log(component).open("ab")
             self.procs[component] = subprocess.Popen(
                 [str(BIN / "airflow"), *args], env=self.env, stdout=log, stderr=subprocess.STDOUT,
                 cwd=self.root, start_new_session=True,
@@ -139,8 +141,7 @@ class AirflowStack:
                 raise RuntimeError(f"airflow {component} exited ({proc.returncode}):\n{self.log_tail(component)}")
 
     def log_tail(self, component: str, chars: int = 4000) -> str:
-        name = component.replace(" ", "-")
-        path = self.root / f"{name}.log"
+        path = self._log(component)
         return path.read_text(errors="replace")[-chars:] if path.exists() else "(no log)"
 
     def stop(self) -> None:
@@ -158,14 +159,11 @@ class AirflowStack:
         self.procs.clear()
         pg_admin(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
 
-    def pid(self, component: str) -> int:
-        return self.procs[component].pid
-
     def cpu_seconds(self, component: str) -> float:
         """User + system CPU of a component's process tree so far: live processes, and the children
         they have reaped (a Celery worker's task processes come and go)."""
         try:
-            top = psutil.Process(self.pid(component))
+            top = psutil.Process(self.procs[component].pid)
             total = 0.0
             for proc in [top, *top.children(recursive=True)]:
                 times = proc.cpu_times()
@@ -226,16 +224,6 @@ class AirflowStack:
         reply = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 100})
         reply.raise_for_status()
         return {ti["task_id"]: ti for ti in reply.json()["task_instances"]}
-
-    def task_states(self) -> dict[str, int]:
-        """How many task instances are in each state now, straight from the metadata database."""
-        con = psycopg2.connect(self.db_uri)
-        try:
-            with con.cursor() as cur:
-                cur.execute("SELECT state, count(*) FROM task_instance GROUP BY state")
-                return {str(state): int(n) for state, n in cur.fetchall()}
-        finally:
-            con.close()
 
 
 def campaign_folder(root: Path, specs: dict[str, str], payloads: dict[str, Path]) -> tuple[Path, Path]:

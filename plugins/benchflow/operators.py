@@ -40,6 +40,10 @@ class HostOperator(BaseOperator):
     def rundir(self, context: Any) -> str:
         return remote.run_dir(self.host.workdir, context["dag"].dag_id, context["run_id"])
 
+    def lease_owner(self, context: Any) -> str:
+        """Who holds the host's lease during this run: ``<dag_id>/<run key>``."""
+        return remote.lease_owner(context["dag"].dag_id, context["run_id"])
+
     def job(self, context: Any, name: str | None = None) -> Any:
         return remote.job_paths(self.rundir(context), name or self.job_name)
 
@@ -396,9 +400,8 @@ class AcquireHostSensor(HostOperator, BaseSensorOperator):
         self.lease_ttl_s = lease_ttl_s
 
     def poke(self, context: Any) -> bool:
-        owner = remote.lease_owner(context["dag"].dag_id, context["run_id"])
-        result = self.host.check(remote.lease_acquire_command(self.host.workdir, owner, self.lease_ttl_s), 60,
-                                 "take the host lease")  # fmt: skip
+        command = remote.lease_acquire_command(self.host.workdir, self.lease_owner(context), self.lease_ttl_s)
+        result = self.host.check(command, 60, "take the host lease")
         state, _, rest = result.stdout.strip().partition(" ")
         holder, _, expires = rest.rpartition(" ")
         if state == "acquired":
@@ -412,7 +415,7 @@ class ReleaseHostOperator(HostOperator):
     """Teardown: give the host's lease back, so the next campaign queued for the host can start."""
 
     def execute(self, context: Any) -> str:
-        owner = remote.lease_owner(context["dag"].dag_id, context["run_id"])
+        owner = self.lease_owner(context)
         result = self.host.check(remote.lease_release_command(self.host.workdir, owner), 60, "release the host lease")
         outcome = result.stdout.strip()
         self.log.info("host %s lease of %s: %s", self.host_id, owner, outcome)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.airflow_stack import AirflowStack, campaign_folder
-from tests.conftest import FIXTURES, PROJECT_ROOT, VAR
+from tests.conftest import FIXTURES, VAR
 from tests.sshd import LoopbackSSHD
 
 SPEC = """\
@@ -38,9 +38,7 @@ def stack():
     root = VAR / "stack"
     hosts = {name: LoopbackSSHD(root / f"sshd-{name}").start() for name in ("gpu_a", "gpu_b")}
     specs = {name: SPEC.format(what=what, host=host, delay=delay) for name, (what, host, delay) in CAMPAIGNS.items()}
-    campaigns, kernels = campaign_folder(
-        root, specs, {"fault": FIXTURES / "payloads" / "fault", "moe": PROJECT_ROOT / "kernels" / "moe"}
-    )
+    campaigns, kernels = campaign_folder(root, specs, {"fault": FIXTURES / "payloads" / "fault"})
     airflow = AirflowStack(root, campaigns, kernels, {name: h.connection() for name, h in hosts.items()})
     try:
         airflow.start()
