@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 import yaml
 from pydantic import (
@@ -28,6 +28,9 @@ from pydantic import (
 )
 
 from benchflow.paths import campaigns_dir, kernels_dir
+
+if TYPE_CHECKING:
+    from benchflow.kinds import ResultKind
 
 # An identifier that is safe as a DAG id part, a path component and a shell word.
 Ident = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
@@ -129,7 +132,7 @@ class Pattern(_Model):
     @field_validator("regex")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        from benchflow.parsers.generic import compile_patterns
+        from benchflow.kinds.generic.patterns import compile_patterns
 
         compile_patterns({"pattern": {"regex": value}})
         return value
@@ -139,18 +142,26 @@ class Benchmark(_Model):
     script: PayloadPath = Field(description="script inside the payload, run with the host's python")
     args: dict[Ident, ArgValue] = Field(default_factory=dict, description="rendered as --key value")
     marker: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:=-]{1,64}$")] = "ALL_DONE"
-    parser: Literal["kernel_sweep", "serving_log", "generic"] = "kernel_sweep"
-    patterns: dict[Ident, Pattern] = Field(default_factory=dict, description="metrics, for parser 'generic'")
+    format: Ident | None = Field(default=None, description="output format of the kind (default: its first)")
+    patterns: dict[Ident, Pattern] = Field(default_factory=dict, description="metrics, for kind 'generic'")
     output: PayloadPath = Field(default="results.jsonl", description="JSONL the script writes (--out)")
     deferrable: bool = Field(
         default=True, description="wait in the triggerer (no worker slot); false: poke from a worker slot"
     )
 
-    @model_validator(mode="after")
-    def _patterns_for_generic(self) -> Benchmark:
-        if (self.parser == "generic") != bool(self.patterns):
-            raise ValueError("patterns go with parser 'generic', and it needs at least one")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "parser" in data:
+            old = data["parser"]
+            kind = RENAMED_PARSERS.get(str(old))
+            hint = f"write 'kind: {kind}' at the top level" if kind else "name the kind at the top level"
+            raise ValueError(f"'benchmark.parser' is renamed: {hint} (and 'benchmark.format' only to pick a format)")
+        return data
+
+
+# benchmark.parser (before kinds) → the kind that replaces it
+RENAMED_PARSERS = {"kernel_sweep": "kernel", "serving_log": "serving", "generic": "generic"}
 
 
 class Timeouts(_Model):
@@ -195,7 +206,7 @@ class Regressions(RegressionLimits):
 class CampaignSpec(_Model):
     name: Ident
     description: Line = ""
-    kind: Literal["kernel", "serving"] = "kernel"
+    kind: Ident = Field(default="kernel", description="result kind: kernel, serving, generic, ...")
     host: HostId = "local"
     payload: Ident
     requires: list[Ident] = Field(default_factory=list, description="other payloads deployed inside this one")
@@ -208,15 +219,31 @@ class CampaignSpec(_Model):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     regressions: Regressions = Field(default_factory=Regressions)
 
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        from benchflow import kinds
+
+        if value not in kinds.names():
+            raise ValueError(f"no result kind {value!r} (known: {', '.join(kinds.names())})")
+        return value
+
     @model_validator(mode="after")
     def _kind_fits(self) -> CampaignSpec:
-        expected = {"kernel": ("kernel_sweep", "generic"), "serving": ("serving_log", "generic")}[self.kind]
-        if self.benchmark.parser not in expected:
-            raise ValueError(f"a {self.kind} campaign reads its output with parser {' or '.join(expected)}")
-        if self.kind == "serving" and not self.configs:
-            raise ValueError("a serving campaign needs at least one entry in configs")
-        if self.kind == "kernel" and self.configs:
-            raise ValueError("configs (servers) belong to serving campaigns")
+        from benchflow import kinds
+
+        kind = self.result_kind
+        if self.benchmark.format is not None and self.benchmark.format not in kind.format_names:
+            raise ValueError(
+                f"kind {kind.name!r} has no format {self.benchmark.format!r} (known: {', '.join(kind.format_names)})"
+            )
+        if bool(self.benchmark.patterns) != kind.takes_patterns:
+            readers = [k.name for k in kinds.all_kinds() if k.takes_patterns]
+            raise ValueError(f"benchmark.patterns go with kind {' or '.join(readers)}, which needs at least one")
+        if kind.servers == "required" and not self.configs:
+            raise ValueError(f"a {kind.name} campaign needs at least one entry in configs (its servers)")
+        if kind.servers == "forbidden" and self.configs:
+            raise ValueError(f"configs (servers) do not belong to a {kind.name} campaign")
         names = [c.name for c in self.configs]
         if len(names) != len(set(names)):
             raise ValueError(f"config names must be distinct, got {names}")
@@ -247,6 +274,12 @@ class CampaignSpec(_Model):
         if len(value.split()) != 5 or not croniter.is_valid(value):
             raise ValueError(f"not a 5-field cron expression or one of {', '.join(SCHEDULE_PRESETS)}: {value!r}")
         return value
+
+    @property
+    def result_kind(self) -> ResultKind:
+        from benchflow import kinds
+
+        return kinds.get(self.kind)
 
     @property
     def dag_id(self) -> str:
@@ -284,19 +317,9 @@ class SpecError(ValueError):
 
 
 def load_spec(path: Path, payloads: Path | None = None) -> CampaignSpec:
-    """Read and validate one spec file."""
+    """Read and validate one spec file; every problem is a :class:`SpecError` naming file, line and field."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError(path, [FieldError("", f"cannot read: {exc.strerror}", None)]) from exc
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else None
-        raise SpecError(path, [FieldError("", f"not valid YAML: {exc}", line)]) from exc
+    root, data = _read_yaml(path)
     if not isinstance(data, dict):
         raise SpecError(path, [FieldError("", "a spec is a mapping of fields", 1)])
     if "name" in data and data["name"] != path.stem:
@@ -311,6 +334,56 @@ def load_spec(path: Path, payloads: Path | None = None) -> CampaignSpec:
             message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
             errors.append(FieldError(_dotted(loc), message, _line(root, loc)))
         raise SpecError(path, errors) from None
+
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built with it: about 10x faster
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+def _read_yaml(path: Path) -> tuple[Any, Any]:
+    """The document's node tree (for line numbers) and its data, from one pass of the parser."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SpecError(path, [FieldError("", f"cannot read: {exc.strerror}", None)]) from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SpecError(path, [FieldError("", f"not UTF-8 text (byte {exc.start})", line)]) from None
+    loader = _Loader(text)
+    try:
+        root = loader.get_single_node()
+        problems = list(_key_problems(root))
+        if problems:
+            raise SpecError(path, problems)
+        data = loader.construct_document(root) if root is not None else None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise SpecError(path, [FieldError("", f"not valid YAML: {exc}", mark.line + 1 if mark else None)]) from exc
+    finally:
+        loader.dispose()
+    return root, data
+
+
+def _key_problems(node: Any, where: str = "") -> Iterable[FieldError]:
+    """Keys YAML would silently mangle: a repeated key (the last one wins) or a key read as a boolean,
+    number or null (``on:``, ``off:``, ``yes:``), each with its line."""
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key, value in node.value:
+            name = str(key.value)
+            field = f"{where}.{name}" if where else name
+            if key.tag != _STR_TAG:
+                yield FieldError(field, f"key {name!r} is read by YAML as a {key.tag.rsplit(':', 1)[-1]}; "
+                                 f"quote it: '{name}'", key.start_mark.line + 1)  # fmt: skip
+            elif name in seen:
+                yield FieldError(field, "duplicate key (YAML would keep only the last)", key.start_mark.line + 1)
+            seen.add(name)
+            yield from _key_problems(value, field)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            yield from _key_problems(item, f"{where}.{index}")
 
 
 def load_all(directory: Path | None = None) -> tuple[list[CampaignSpec], list[SpecError]]:

@@ -54,9 +54,9 @@ CAMPAIGNS = {
         {"m_list": [1, 2, 4, 8], "experts": 4, "hidden": 64, "inter": 32, "topk": 2, "warmup": 1, "iters": 3},
     ),
     "e2e_crash": spec("fault", "bench_fault.py", {"mode": "crash", "rows": 3}),
-    "e2e_generic": spec("fault", "bench_fault.py", {"mode": "ok", "rows": 4}).replace(
+    "e2e_generic": ("kind: generic\n" + spec("fault", "bench_fault.py", {"mode": "ok", "rows": 4})).replace(
         "  args:",
-        "  parser: generic\n  patterns:\n    ms_per_call: {regex: '^\\d+ (?P<value>[0-9.]+) ', unit: ms}\n  args:",
+        "  patterns:\n    ms_per_call: {regex: '^\\d+ (?P<value>[0-9.]+) ', unit: ms}\n  args:",
     ),
     "e2e_hang": spec("fault", "bench_fault.py", {"mode": "hang", "rows": 2}, benchmark_timeout=4),
     "e2e_invalid": spec("fault", "bench_fault.py", {"mode": "inconsistent", "rows": 3}),

@@ -41,7 +41,6 @@ BROKEN = textwrap.dedent(
     benchmark:
       script: sweep.py
       args: {client: local, concurrency: [1, 2], prompts: [2, 2], input_len: 8, output_len: 4}
-      parser: serving_log
     timeouts: {server_ready: 60, benchmark: 300, poke_interval: 1}
     """
 )

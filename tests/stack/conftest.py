@@ -19,7 +19,6 @@ tags: [stack]
 benchmark:
   script: bench_fault.py
   args: {{mode: ok, rows: 4, delay: {delay}}}
-  parser: kernel_sweep
 timeouts:
   benchmark: 300
   poke_interval: 2

@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from benchflow.parsers import ParsedRun, ParseError
+from benchflow.parsing import Format, ParsedRun, ParseError
 
-FORMAT = "generic"
+NAME = "patterns"
 
 
 def compile_patterns(patterns: dict[str, dict[str, str]]) -> dict[str, tuple[re.Pattern[str], str]]:
@@ -54,4 +54,7 @@ def parse(text: str, marker: str = "ALL_DONE", patterns: dict[str, dict[str, str
                 except ValueError:
                     raise ParseError(f"pattern {name!r} matched a value that is not a number", number, line) from None
                 rows.append({"seq": len(rows), "metric": name, "value": value, "unit": unit, "line": number})
-    return ParsedRun(FORMAT, rows, complete, {}, [])
+    return ParsedRun(NAME, rows, complete, {}, [])
+
+
+FORMAT = Format(NAME, detect, parse)

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import re
 
-from benchflow.parsers import ParsedRun, ParseError
+from benchflow.parsing import Format, ParsedRun, ParseError
 
-FORMAT = "kernel_sweep"
+NAME = "table"
 
 # M ms/call tok/s(MoE) us/token note
 COLUMNS_RE = re.compile(r"^\s*M\s+ms/call\s+tok/s(?:\([^)]*\))?\s+us/token(?:\s+note)?\s*$")
@@ -91,4 +91,7 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
         raise ParseError("no 'M ms/call tok/s us/token' column line found")
     if table_end is not None:
         warnings.append(f"line {table_end[0]}: table ends at {table_end[1][:160]!r}")
-    return ParsedRun(FORMAT, rows, complete, meta, warnings)
+    return ParsedRun(NAME, rows, complete, meta, warnings)
+
+
+FORMAT = Format(NAME, detect, parse)

@@ -1,0 +1,113 @@
+"""Serving sweeps (SGLang ``bench_serving``, vLLM ``bench serve``): one row per config × concurrency."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from benchflow.kinds import ColumnType, ResultKind, SideTable
+from benchflow.kinds.serving import log, sglang_jsonl, vllm_json
+from benchflow.kinds.serving.common import COLUMNS, METRICS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+RELATIVE_TOLERANCE = 0.02
+_INTS = {"concurrency", "num_prompts", "input_len", "output_len", "completed", "failed", "total_input_tokens",
+         "total_output_tokens", "peak_concurrent_requests"}  # fmt: skip
+
+
+def derive(frame: pd.DataFrame) -> pd.DataFrame:
+    frame["unaccounted_prompts"] = frame["num_prompts"] - frame["completed"] - frame["failed"]
+    frame["e2e_minus_ttft_ms"] = frame["mean_e2e_ms"] - frame["mean_ttft_ms"]
+    for metric in METRICS:
+        frame[f"p99_minus_median_{metric}_ms"] = frame[f"p99_{metric}_ms"] - frame[f"median_{metric}_ms"]
+    expected = frame["total_output_tokens"] / frame["duration_s"]
+    frame["output_throughput_rel_err"] = (frame["output_throughput"] - expected).abs() / expected
+    return frame
+
+
+def expectations(swept: list[int] | None = None) -> list[Any]:
+    import great_expectations as gx
+
+    e = gx.expectations
+    checks: list[Any] = [
+        e.ExpectColumnValuesToNotBeNull(column=c) for c in ("config", "concurrency", "num_prompts", "completed")
+    ]
+    checks += [
+        e.ExpectCompoundColumnsToBeUnique(column_list=["config", "concurrency"]),
+        e.ExpectColumnValuesToBeBetween(column="completed", min_value=1),
+        e.ExpectColumnValuesToBeBetween(column="unaccounted_prompts", min_value=0, max_value=0),
+        e.ExpectColumnValuesToBeBetween(column="e2e_minus_ttft_ms", min_value=0),
+        e.ExpectColumnValuesToBeBetween(column="output_throughput_rel_err", min_value=0, max_value=RELATIVE_TOLERANCE),
+    ]
+    checks += [e.ExpectColumnValuesToBeBetween(column=f"mean_{m}_ms", min_value=0) for m in METRICS]
+    checks += [e.ExpectColumnValuesToBeBetween(column=f"p99_minus_median_{m}_ms", min_value=0) for m in METRICS]
+    checks += [
+        e.ExpectColumnValuesToBeBetween(column=c, min_value=0, strict_min=True)
+        for c in ("request_throughput", "output_throughput", "duration_s")
+    ]
+    if swept:
+        checks.append(e.ExpectColumnValuesToBeInSet(column="concurrency", value_set=[float(c) for c in swept]))
+    return checks
+
+
+def suite_params(benchmark: Any, args: Mapping[str, Any]) -> dict[str, Any]:
+    """The concurrency levels this run swept (a manual run may sweep others than the spec)."""
+    return {"swept": list(args["concurrency"])} if "concurrency" in args else {}
+
+
+def plots(rows: pd.DataFrame, title: str) -> list[tuple[str, Any]]:
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for config, group in rows.sort_values(["config", "concurrency"]).groupby("config"):
+        left.plot(group["concurrency"], group["output_throughput"], marker="o", label=str(config))
+        right.plot(group["concurrency"], group["mean_ttft_ms"], marker="o", label=str(config))
+    left.set(xlabel="concurrency", ylabel="output tok/s", title=f"{title}: throughput")
+    right.set(xlabel="concurrency", ylabel="mean TTFT (ms)", title=f"{title}: time to first token")
+    for axis in (left, right):
+        axis.grid(alpha=0.3)
+        axis.legend()
+    return [("serving_vs_concurrency.png", fig)]
+
+
+def _type(column: str) -> ColumnType:
+    return "text" if column == "config" else "int" if column in _INTS else "float"
+
+
+REQUESTS = SideTable(
+    table="serving_requests",
+    columns={"config": "text", "concurrency": "int", "seq": "int", "ok": "bool", "input_len": "int",
+             "output_tokens": "int", "ttft_ms": "float", "e2e_ms": "float", "mean_itl_ms": "float",
+             "error": "text"},  # fmt: skip
+    file="requests.jsonl",
+)
+
+KIND = ResultKind(
+    name="serving",
+    description="serving sweep: one row per config and concurrency, every figure of the client's result",
+    formats=(log.FORMAT, sglang_jsonl.FORMAT, vllm_json.FORMAT),
+    table="serving_results",
+    columns={column: _type(column) for column in COLUMNS},
+    key=("config", "concurrency"),
+    expectations=expectations,
+    derive=derive,
+    suite_params=suite_params,
+    servers="required",
+    display="config, concurrency, num_prompts, completed, round(output_throughput, 1) AS out_tok_s, "
+    "round(mean_ttft_ms, 2) AS ttft_ms, round(mean_tpot_ms, 2) AS tpot_ms, round(mean_itl_ms, 2) AS itl_ms, "
+    "round(mean_e2e_ms, 1) AS e2e_ms",
+    order_by="config, concurrency",
+    trend={"output_throughput": "higher", "mean_ttft_ms": "lower", "mean_tpot_ms": "lower"},
+    headline="output_throughput",
+    case_sql="'config=' || config || ',concurrency=' || CAST(concurrency AS TEXT)",
+    wide_view="serving_wide",
+    wide_sql="SELECT v.campaign, v.dag_id, v.run_id, v.night, v.host, v.gpu_model, v.run_type, t.config,"
+    " t.concurrency, t.num_prompts, t.completed, t.failed, t.input_len, t.output_len, t.request_throughput,"
+    " t.output_throughput, t.total_throughput, t.mean_ttft_ms, t.median_ttft_ms, t.p99_ttft_ms, t.mean_tpot_ms,"
+    " t.p99_tpot_ms, t.mean_itl_ms, t.p99_itl_ms, t.mean_e2e_ms, t.p99_e2e_ms",
+    row_defaults=("input_len", "output_len"),
+    side_tables=(REQUESTS,),
+    plots=plots,
+)
