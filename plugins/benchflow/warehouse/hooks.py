@@ -1,0 +1,154 @@
+"""The warehouse's backends, as Airflow ``DbApiHook``s: PostgreSQL (the provider's ``PostgresHook``) and a
+DuckDB hook of the same shape. Each knows its placeholder, how to open a transaction and how to bulk-load a
+DataFrame; nothing else in the project branches on the backend. A new backend is one hook here."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import tempfile
+import time
+from copy import deepcopy
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.common.sql.hooks.sql import DbApiHook
+from airflow.providers.postgres.hooks.postgres import PostgresHook
+
+LOCK_WAIT_S = 300.0
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+class DuckDBHook(DbApiHook):
+    """A DuckDB file: ``path`` given, or the connection's ``host`` or extra ``path``.
+
+    One process at a time may write a DuckDB file: a writer that finds it locked retries with backoff
+    for up to ``lock_wait_s`` (campaigns loading at the same moment take turns; each load is short).
+    """
+
+    conn_name_attr = "duckdb_conn_id"
+    default_conn_name = "bench_warehouse"
+    conn_type = "duckdb"
+    hook_name = "DuckDB"
+    _placeholder = "?"
+    supports_autocommit = True
+
+    def __init__(self, *args: Any, path: str | Path | None = None, read_only: bool = False,
+                 lock_wait_s: float = LOCK_WAIT_S, **kwargs: Any) -> None:  # fmt: skip
+        super().__init__(*args, **kwargs)
+        self.path = Path(path) if path is not None else None
+        self.read_only = read_only
+        self.lock_wait_s = lock_wait_s
+
+    @property
+    def placeholder(self) -> str:
+        return self._placeholder
+
+    def database_path(self) -> Path:
+        if self.path is None:
+            extra = self.connection.extra_dejson
+            located = extra.get("path") or self.connection.host
+            if not located:
+                raise ValueError(f"connection {self.get_conn_id()!r} names no DuckDB file (set 'host' or extra 'path')")
+            self.path = Path(located)
+        return self.path
+
+    def get_conn(self) -> Any:
+        import duckdb
+
+        path = self.database_path()
+        if not self.read_only:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + self.lock_wait_s
+        delay = 0.05
+        while True:
+            try:
+                return duckdb.connect(str(path), read_only=self.read_only)
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def begin(self, con: Any) -> None:
+        con.begin()
+
+    def bulk_insert(self, con: Any, table: str, columns: list[str], frame: Any, key: list[Any]) -> None:
+        """INSERT the frame's ``columns`` after the key ``(dag_id, run_id)``: DuckDB reads the frame in place."""
+        cols = ", ".join(columns)
+        con.register("staging_rows", frame)
+        try:
+            con.execute(f"INSERT INTO {table} (dag_id, run_id, {cols}) SELECT ?, ?, {cols} FROM staging_rows", key)
+        finally:
+            with contextlib.suppress(Exception):  # fails inside an aborted transaction; the error above counts
+                con.unregister("staging_rows")
+
+
+class WarehousePostgresHook(PostgresHook):
+    """``PostgresHook`` plus the warehouse's extras: ``search_path`` (a schema, created by ``bench migrate``)
+    becomes the session's search path, and ``read_only`` sessions refuse every write."""
+
+    def __init__(self, *args: Any, read_only: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.read_only = read_only
+        self._search_path: str | None = None
+        self._base_options = self.options
+
+    def use(self, connection: Any) -> None:
+        """Take this connection (the extra ``search_path`` goes to the session, not to libpq)."""
+        value = connection.extra_dejson.get("search_path")
+        if value is not None and not _IDENT.match(str(value)):
+            raise ValueError(f"connection {connection.conn_id!r}: extra search_path {value!r} is not a schema name")
+        self._search_path = str(value) if value is not None else None
+        connection = deepcopy(connection)
+        connection.extra = json.dumps({k: v for k, v in connection.extra_dejson.items() if k != "search_path"})
+        self._connection = connection
+
+    @property
+    def search_path(self) -> str | None:
+        return self._search_path
+
+    def get_conn(self) -> Any:
+        if self._connection is None:
+            self.use(self.connection)
+        schema = self._search_path
+        options = [f"-c search_path={schema}" if schema else "", "-c default_transaction_read_only=on" if self.read_only
+                   else ""]  # fmt: skip
+        self.options = " ".join(o for o in [self._base_options or "", *options] if o) or None
+        return super().get_conn()
+
+    def begin(self, con: Any) -> None:
+        """psycopg opens a transaction with the first statement."""
+
+    def bulk_insert(self, con: Any, table: str, columns: list[str], frame: Any, key: list[Any]) -> None:
+        """``COPY`` the frame into a temporary staging table, then INSERT it after the key columns.
+
+        DuckDB writes the CSV about 5x faster than pandas does (bench/load_throughput.py).
+        """
+        import duckdb
+        import numpy as np
+
+        cols = ", ".join(columns)
+        staging = f"staging_{table}"
+        frame = frame[list(columns)].copy()
+        for column in frame.columns:  # 1125.0 → 1125, so INTEGER columns take what NaN made a float
+            values = frame[column]
+            if values.dtype.kind == "f":
+                known = values.dropna()
+                if np.isfinite(known).all() and (known == np.round(known)).all():
+                    frame[column] = values.astype("Int64")
+        with tempfile.TemporaryDirectory() as tmp, con.cursor() as cur:
+            path = Path(tmp) / "rows.csv"
+            writer = duckdb.connect()
+            writer.register("frame", frame)
+            writer.execute(f"COPY frame TO '{path}' (FORMAT csv, HEADER false, NULLSTR '\\N')")
+            writer.close()
+            cur.execute(f"CREATE TEMP TABLE {staging} (LIKE {table} INCLUDING DEFAULTS) ON COMMIT DROP")
+            cur.execute(f"ALTER TABLE {staging} ALTER COLUMN dag_id DROP NOT NULL, ALTER COLUMN run_id DROP NOT NULL")
+            with cur.copy(f"COPY {staging} ({cols}) FROM STDIN WITH (FORMAT csv, NULL '\\N')") as copy:
+                with path.open("rb") as csv:
+                    while block := csv.read(1 << 20):
+                        copy.write(block)
+            cur.execute(f"INSERT INTO {table} (dag_id, run_id, {cols}) SELECT %s, %s, {cols} FROM {staging}", key)
+            cur.execute(f"DROP TABLE {staging}")

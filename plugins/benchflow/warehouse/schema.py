@@ -1,0 +1,85 @@
+"""The warehouse schema: numbered migrations in ``include/sql/NNNN_*.sql`` (each applied once, in order,
+recorded in ``schema_migrations``) and the analyst views: ``include/sql/views.sql`` plus one wide view per
+result kind and ``metric_history``, made from the kinds. Views are rebuilt only when their text changes.
+
+``bench migrate`` applies it (the compose init service and ``make demo`` call it); a load applies what is
+pending before it writes; reads never migrate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from benchflow import kinds
+from benchflow.paths import SQL_DIR
+
+if TYPE_CHECKING:
+    from benchflow.warehouse import Transaction, Warehouse
+
+BASE_VIEWS = ("valid_runs", "latest_valid_runs")
+
+
+def statements(script: str) -> list[str]:
+    """A SQL file's statements, comments removed (the files hold no ';' or '--' inside literals)."""
+    body = "\n".join(line.split("--", 1)[0] for line in script.splitlines())
+    return [s.strip() for s in body.split(";") if s.strip()]
+
+
+def view_statements() -> tuple[list[str], list[str]]:
+    """(drops, creates) for every analyst view, dependents first in the drops."""
+    creates = statements((SQL_DIR / "views.sql").read_text())
+    history: list[str] = []
+    for kind in kinds.all_kinds():
+        creates.append(
+            f"CREATE VIEW {kind.wide_view} AS {kind.wide_sql} FROM {kind.table} t "
+            "JOIN valid_runs v ON v.dag_id = t.dag_id AND v.run_id = t.run_id"
+        )
+        history += [
+            f"SELECT campaign, dag_id, run_id, night, host, gpu_model, run_type, {kind.case_sql} AS case_key, "
+            f"'{metric}' AS metric, CAST({metric} AS DOUBLE PRECISION) AS value FROM {kind.wide_view}"
+            for metric in kind.trend
+        ]
+    creates.append("CREATE VIEW metric_history AS " + " UNION ALL ".join(history))
+    views = ["metric_history", *(k.wide_view for k in kinds.all_kinds()), *reversed(BASE_VIEWS)]
+    return [f"DROP VIEW IF EXISTS {name}" for name in views], creates
+
+
+def migrate(warehouse: Warehouse) -> list[str]:
+    applied: list[str] = []
+    with warehouse.transaction() as tx:
+        schema = getattr(warehouse.hook, "search_path", None)
+        if schema:
+            tx.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        tx.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
+                   "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMP WITH TIME ZONE NOT NULL)")
+        tx.execute("CREATE TABLE IF NOT EXISTS schema_state (name TEXT PRIMARY KEY, sha256 TEXT NOT NULL)")
+        done = {row[0] for row in _rows(tx, "SELECT version FROM schema_migrations")}
+        for script in sorted(SQL_DIR.glob("[0-9][0-9][0-9][0-9]_*.sql")):
+            version = int(script.name[:4])
+            if version in done:
+                continue
+            for statement in statements(script.read_text()):
+                tx.execute(statement)
+            tx.insert("schema_migrations", [version, script.name, datetime.now(UTC)])
+            applied.append(script.name)
+        drops, creates = view_statements()
+        digest = hashlib.sha256("\n".join(creates).encode()).hexdigest()
+        current = _rows(tx, f"SELECT sha256 FROM schema_state WHERE name = {tx.p}", ["views"])
+        if applied or not current or current[0][0] != digest:
+            for statement in drops + creates:
+                tx.execute(statement)
+            tx.execute(f"DELETE FROM schema_state WHERE name = {tx.p}", ["views"])
+            tx.insert("schema_state", ["views", digest])
+            applied.append("views")
+    return applied
+
+
+def _rows(tx: Transaction, sql: str, params: list[str] | None = None) -> list[tuple[object, ...]]:
+    cur = tx.con.cursor()
+    try:
+        cur.execute(sql, params or [])
+        return list(cur.fetchall())
+    finally:
+        cur.close()
