@@ -1,7 +1,7 @@
 """Report DAG (Airflow): whenever a campaign's load emits the ``bench_results`` Asset, draw its plots.
 
 For each triggering load (its dag_id and run_id ride on the asset event), PNGs go next to that run's
-fetched artifacts, and their paths appear in the task log. Nothing here touches a database at parse time.
+artifacts in the artifact store, and their paths appear in the task log. Nothing here touches a database at parse time.
 """
 
 from __future__ import annotations
@@ -22,21 +22,19 @@ with DAG(
 
     @task
     def render_plots(**context: Any) -> list[str]:
-        from pathlib import Path
-
-        from benchflow import remote, report
-        from benchflow.paths import artifacts_dir
+        from benchflow.analysis import report
+        from benchflow.pipeline import artifact_store
         from benchflow.warehouse import Warehouse
 
-        warehouse = Warehouse()
-        written: list[Path] = []
+        warehouse = Warehouse.from_airflow(read_only=True)
+        written = []
         events = context["triggering_asset_events"]
         for asset_events in events.values():
             for event in asset_events:
                 extra = event.extra or {}
                 if "dag_id" not in extra:
                     continue
-                out = artifacts_dir(extra["dag_id"], remote.run_key(extra["run_id"])) / "report"
+                out = artifact_store(extra["dag_id"], extra["run_id"]) / "report"
                 written += report.render(warehouse, extra["dag_id"], extra["run_id"], out)
         for path in written:
             print(f"plot: {path}")

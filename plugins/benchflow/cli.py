@@ -1,10 +1,11 @@
 """``bench``: check specs, parse benchmark output, run a campaign through Airflow.
 
-    bench validate [SPEC ...]          check campaign specs; errors by file, line and field
-    bench parse FILE [--format NAME]   tidy rows of a benchmark output as JSON lines
-    bench run CAMPAIGN                 run one campaign through Airflow (dag.test) and print its rows
-    bench sql QUERY                    run a read query against the results warehouse
-    bench pools                        create the Airflow pool of every spec's host (one slot each)
+    bench validate [SPEC ...]                 check campaign specs; errors by file, line and field
+    bench parse FILE [--kind K] [--format F]  tidy rows of a benchmark output as JSON lines
+    bench run CAMPAIGN                        run one campaign through Airflow (dag.test) and print its rows
+    bench sql QUERY                           run a read-only query against the results warehouse
+    bench migrate                             create or update the warehouse's tables and views
+    bench pools                               create the Airflow pool of every spec's host (one slot each)
 """
 
 from __future__ import annotations
@@ -54,10 +55,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
-    from benchflow.parsers import ParseError, parse_text
+    from benchflow import kinds
+    from benchflow.parsing import ParseError
 
     path = Path(args.file)
-    fmt, marker, options = args.format, args.marker, {}
+    kind, fmt, marker, options = args.kind, args.format, args.marker, {}
     if args.spec:
         from benchflow.spec import SpecError, find_spec, load_spec
 
@@ -66,15 +68,14 @@ def cmd_parse(args: argparse.Namespace) -> int:
         except SpecError as exc:
             print(exc, file=sys.stderr)
             return 2
-        fmt, marker = spec.benchmark.parser, spec.benchmark.marker
-        if spec.benchmark.patterns:
-            options["patterns"] = {name: p.model_dump() for name, p in spec.benchmark.patterns.items()}
+        kind, fmt, marker = spec.kind, spec.benchmark.format, spec.benchmark.marker
+        options = spec.result_kind.parser_options(spec.benchmark)
     try:
-        parsed = parse_text(path.read_text(errors="replace"), fmt, marker=marker, **options)
+        parsed = kinds.parse_text(path.read_text(errors="replace"), kind, fmt, marker=marker, **options)
     except OSError as exc:
         print(f"{path}: {exc.strerror}", file=sys.stderr)
         return 2
-    except ParseError as exc:
+    except (ParseError, KeyError) as exc:
         print(f"{path}: {exc}", file=sys.stderr)
         return 1
     for row in parsed.rows:
@@ -135,22 +136,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     if dag is None:
         print(f"DAG {spec.dag_id} not found; import errors: {bag.import_errors}", file=sys.stderr)
         return 1
+    from benchflow.warehouse import Warehouse
+
+    warehouse = Warehouse.from_airflow()
+    warehouse.migrate()
     dag_run = dag.test(run_conf=json.loads(args.conf) if args.conf else None)
     total_s = time.monotonic() - started
     state = str(getattr(dag_run, "state", "unknown"))
-    from benchflow.warehouse import Warehouse
-
-    warehouse = Warehouse()
-    shown = {
-        "generic": "SELECT seq, metric, value, unit, line FROM generic_results",
-        "kernel": "SELECT m AS M, ms_per_call, tok_per_s, us_per_token, note FROM kernel_results",
-        "serving": "SELECT config, concurrency, num_prompts, completed, round(output_throughput, 1) AS out_tok_s, "
-        "round(mean_ttft_ms, 2) AS ttft_ms, round(mean_tpot_ms, 2) AS tpot_ms, round(mean_itl_ms, 2) AS itl_ms, "
-        "round(mean_e2e_ms, 1) AS e2e_ms FROM serving_results",
-    }["generic" if spec.benchmark.parser == "generic" else spec.kind]
-    order = {"kernel_sweep": "m", "serving_log": "config, concurrency", "generic": "seq"}[spec.benchmark.parser]
-    rows = warehouse.query(f"{shown} WHERE dag_id = ? AND run_id = ? ORDER BY {order}", [spec.dag_id, dag_run.run_id])
-    run = warehouse.query("SELECT status, rows_loaded, detail FROM runs WHERE dag_id = ? AND run_id = ?",
+    kind, p = spec.result_kind, warehouse.p
+    order = kind.order_by or ", ".join(kind.key)
+    rows = warehouse.query(f"SELECT {kind.display} FROM {kind.table} WHERE dag_id = {p} AND run_id = {p} "
+                           f"ORDER BY {order}", [spec.dag_id, dag_run.run_id])  # fmt: skip
+    run = warehouse.query(f"SELECT status, rows_loaded, detail FROM runs WHERE dag_id = {p} AND run_id = {p}",
                           [spec.dag_id, dag_run.run_id])  # fmt: skip
     print(f"\n{spec.dag_id} run {dag_run.run_id}: {state.split('.')[-1].lower()}")
     if len(run):
@@ -164,13 +161,26 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_sql(args: argparse.Namespace) -> int:
     from benchflow.warehouse import Warehouse
 
-    warehouse = Warehouse()
+    configure_airflow()
     try:
+        warehouse = Warehouse.from_airflow(read_only=True)
         frame = warehouse.query(args.query)
-    except Exception as exc:  # duckdb's errors share no base class worth naming here
-        print(f"{warehouse.location}: {exc}", file=sys.stderr)
+    except Exception as exc:  # duckdb's and psycopg's errors share no base class worth naming here
+        print(f"bench sql: {exc}", file=sys.stderr)
+        if "read-only" in str(exc) or "read only" in str(exc):
+            print("bench sql is read-only: it runs queries, never changes the warehouse", file=sys.stderr)
         return 1
     print(frame.to_string(index=False) if len(frame) else "(no rows)")
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from benchflow.warehouse import Warehouse
+
+    configure_airflow()
+    warehouse = Warehouse.from_airflow()
+    applied = warehouse.migrate()
+    print(f"{warehouse.location}: {', '.join(applied) if applied else 'up to date'}")
     return 0
 
 
@@ -188,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Parse a benchmark output; exit 1 naming the line if it is malformed.",
     )
     parse.add_argument("file")
-    parse.add_argument("--format", help="output format (detected when not given)")
+    parse.add_argument("--kind", help="result kind (detected when not given)")
+    parse.add_argument("--format", help="output format of the kind (detected when not given)")
     parse.add_argument("--marker", default="ALL_DONE", help="done marker line (default: ALL_DONE)")
     parse.add_argument("--spec", help="read the output as this campaign does (its parser, patterns and marker)")
     parse.set_defaults(func=cmd_parse)
@@ -201,10 +212,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--conf", help="JSON conf for the run")
     run.set_defaults(func=cmd_run)
     sql = sub.add_parser(
-        "sql", help="query the results warehouse", description="Run a read query against the results warehouse."
+        "sql", help="query the results warehouse (read-only)",
+        description="Run a read-only query against the results warehouse.",
     )
     sql.add_argument("query", help="SQL, e.g. \"SELECT * FROM runs ORDER BY started_at DESC LIMIT 5\"")
     sql.set_defaults(func=cmd_sql)
+    migrate = sub.add_parser("migrate", help="create or update the warehouse schema",
+                             description="Apply pending warehouse migrations and rebuild changed views.")  # fmt: skip
+    migrate.set_defaults(func=cmd_migrate)
     pools = sub.add_parser(
         "pools", help="create the host pools", description="Create the one-slot Airflow pool of every spec's host."
     )

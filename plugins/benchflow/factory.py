@@ -1,11 +1,12 @@
-"""Spec → DAG. The task graph of every campaign:
+"""Spec → DAG: wiring only (tasks, their bounds and their order); behaviour lives in the operators and in
+:mod:`benchflow.pipeline`. The task graph of every campaign:
 
     preflight → acquire_host → stop_services → deploy_payload → launch_benchmark → wait_done
         → stop_benchmark (teardown of launch) → restore_services (teardown of stop_services)
         → fetch_artifacts (runs whatever happened) → release_host (teardown of acquire_host)
-        → parse → validate → load → verdict
+        → parse → validate → load → detect_regressions → verdict
 
-A serving campaign runs one task group per config in turn, in place of the launch … stop_benchmark
+A campaign with servers runs one task group per config in turn, in place of the launch … stop_benchmark
 chain: launch_servers → servers_ready → launch_benchmark → wait_done → stop_benchmark → stop_servers
 (the stops are teardowns, so servers go down whatever happened, and the next config still runs).
 
@@ -21,10 +22,8 @@ services. Campaigns on other hosts run alongside.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from datetime import datetime, timedelta
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import DAG, Asset, BaseOperator, Param, TaskGroup, TriggerRule, task
 from airflow.sdk.exceptions import AirflowFailException
@@ -44,8 +43,9 @@ from benchflow.operators import (
     StopServersOperator,
 )
 from benchflow.params import param_schemas
-from benchflow.results import RESULT_KIND
-from benchflow.spec import CampaignSpec
+
+if TYPE_CHECKING:
+    from benchflow.spec import CampaignSpec, ServingConfig
 
 START_DATE = datetime(2026, 1, 1)
 RESULTS_ASSET = Asset("bench_results")
@@ -55,40 +55,9 @@ def _seconds(value: float) -> timedelta:
     return timedelta(seconds=value)
 
 
-def run_record(spec: CampaignSpec, context: Any, status: str, detail: str = "") -> Any:
-    """The ``runs`` row of the current DAG run, from what earlier tasks returned."""
-    from benchflow.paths import project_git_sha
-    from benchflow.warehouse import RunRecord
-
-    ti = context["ti"]
-    deployed = ti.xcom_pull(task_ids="deploy_payload") or {}
-    dag_run = context["dag_run"]
-    run_type = getattr(dag_run, "run_type", None)
-    return RunRecord(
-        logical_date=getattr(dag_run, "logical_date", None),
-        run_type=str(getattr(run_type, "value", run_type)) if run_type is not None else None,
-        conf=dict(getattr(dag_run, "conf", None) or {}),
-        git_sha=project_git_sha(),
-        dag_id=spec.dag_id,
-        run_id=context["run_id"],
-        campaign=spec.name,
-        host=spec.host,
-        spec_hash=spec.spec_hash(),
-        status=status,
-        payload_sha256=deployed.get("payload_sha256"),
-        started_at=getattr(dag_run, "start_date", None),
-        ended_at=datetime.now().astimezone(),
-        host_facts=ti.xcom_pull(task_ids="preflight") or {},
-        detail=detail,
-    )
-
-
 def build_dag(spec: CampaignSpec) -> DAG:
     timeouts = spec.timeouts
-    bench = spec.benchmark
-    on_host: dict[str, Any] = {"host_id": spec.host, "pool": spec.pool}
     lease_s = timeouts.lease_seconds(len(spec.configs))
-
     with DAG(
         dag_id=spec.dag_id,
         description=spec.description or None,
@@ -103,180 +72,172 @@ def build_dag(spec: CampaignSpec) -> DAG:
         default_args={"retries": spec.retries, "retry_delay": timedelta(seconds=30)},
         params={
             name: Param(default, **schema)
-            for name, (default, schema) in param_schemas(dict(bench.args), spec.kind == "serving").items()
+            for name, (default, schema) in param_schemas(dict(spec.benchmark.args), bool(spec.configs)).items()
         },
     ) as dag:
+        on_host: dict[str, Any] = {"host_id": spec.host, "pool": spec.pool}
         preflight = PreflightOperator(
-            task_id="preflight", benchmark_args=dict(bench.args), serving=spec.kind == "serving",
+            task_id="preflight", benchmark_args=dict(spec.benchmark.args), serving=bool(spec.configs),
             execution_timeout=_seconds(timeouts.preflight), **on_host,
         )  # fmt: skip
         acquire = AcquireHostSensor(
             task_id="acquire_host", lease_ttl_s=lease_s, timeout=timeouts.host_wait,
             poke_interval=timeouts.host_poke_interval, retries=0, **on_host,
         )  # fmt: skip
-        services = [s.model_dump() for s in spec.services]
-        stop = ServicesOperator(
-            task_id="stop_services", services=services, action="stop",
-            execution_timeout=_seconds(timeouts.services), **on_host,
-        )  # fmt: skip
-        deploy = DeployPayloadOperator(
-            task_id="deploy_payload", payload=spec.payload, requires=spec.requires,
-            execution_timeout=_seconds(timeouts.deploy), **on_host,
-        )  # fmt: skip
-
-        def benchmark_chain(job: str, args: dict[str, Any]) -> tuple[BaseOperator, BaseOperator]:
-            launch = LaunchBenchmarkOperator(
-                task_id="launch_benchmark", script=bench.script, args=args, output=bench.output,
-                marker=bench.marker, job=job, execution_timeout=_seconds(120), **on_host,
-            )  # fmt: skip
-            wait = DoneMarkerSensor(
-                task_id="wait_done", marker=bench.marker, benchmark_timeout=timeouts.benchmark, job=job,
-                poke_interval=timeouts.poke_interval, deferrable=bench.deferrable, retries=0, **on_host,
-            )  # fmt: skip
-            stop_bench = StopBenchmarkOperator(
-                task_id="stop_benchmark", job=job, marker=bench.marker, execution_timeout=_seconds(120), **on_host
-            )
-            launch >> wait >> stop_bench
-            stop_bench.as_teardown(setups=launch)
-            return launch, stop_bench
-
-        jobs: list[str] = []
-        if spec.kind == "kernel":
-            jobs.append("bench")
-            first, last = benchmark_chain("bench", dict(bench.args))
-            deploy >> first
-        else:
-            last = deploy
-            for config in spec.configs:
-                members = [
-                    {**server.model_dump(), "visible_devices": server.visible_devices(), "role": role}
-                    for server, role in [(s, "server") for s in config.servers]
-                    + ([(config.router, "router")] if config.router else [])
-                ]
-                args = {**bench.args, "label": config.name, "base_url": f"http://127.0.0.1:{config.endpoint.port}"}
-                jobs.append(f"bench_{config.name}")
-                with TaskGroup(group_id=f"config_{config.name}"):
-                    servers_up = LaunchServersOperator(
-                        task_id="launch_servers", config=config.name, servers=members,
-                        execution_timeout=_seconds(300), **on_host,
-                    )  # fmt: skip
-                    ready = ServersReadySensor(
-                        task_id="servers_ready", config=config.name, servers=members, timeout=timeouts.server_ready,
-                        poke_interval=min(timeouts.poke_interval, 5), retries=0, **on_host,
-                    )  # fmt: skip
-                    first, stop_bench = benchmark_chain(f"bench_{config.name}", args)
-                    servers_down = StopServersOperator(
-                        task_id="stop_servers", config=config.name, servers=members,
-                        execution_timeout=_seconds(300), **on_host,
-                    )  # fmt: skip
-                    servers_up >> ready >> first
-                    stop_bench >> servers_down
-                    servers_down.as_teardown(setups=servers_up)
-                last >> servers_up
-                last = servers_down
-        restore = ServicesOperator(
-            task_id="restore_services", services=services, action="start",
-            execution_timeout=_seconds(timeouts.services), **on_host,
-        )  # fmt: skip
+        stop = ServicesOperator(task_id="stop_services", services=spec.services, action="stop",
+                                execution_timeout=_seconds(timeouts.services), **on_host)  # fmt: skip
+        deploy = DeployPayloadOperator(task_id="deploy_payload", payload=spec.payload, requires=spec.requires,
+                                       execution_timeout=_seconds(timeouts.deploy), **on_host)  # fmt: skip
+        restore = ServicesOperator(task_id="restore_services", services=spec.services, action="start",
+                                   execution_timeout=_seconds(timeouts.services), **on_host)  # fmt: skip
+        jobs, last = _benchmark_stages(spec, deploy, on_host)
         fetch = FetchArtifactsOperator(
-            task_id="fetch_artifacts", output=bench.output, jobs=jobs, trigger_rule=TriggerRule.ALL_DONE,
-            execution_timeout=_seconds(timeouts.deploy), **on_host,
+            task_id="fetch_artifacts", files=[spec.benchmark.output, *(s.file for s in spec.result_kind.side_tables)],
+            jobs=jobs, trigger_rule=TriggerRule.ALL_DONE, execution_timeout=_seconds(timeouts.fetch), **on_host,
         )  # fmt: skip
-        kind = RESULT_KIND[bench.parser]
-        suite_params: dict[str, Any] = {}
-        if kind == "serving" and "concurrency" in bench.args:
-            suite_params["swept"] = bench.args["concurrency"]
-        parser_options: dict[str, Any] = {}
-        if kind == "generic":
-            parser_options["patterns"] = {name: p.model_dump() for name, p in bench.patterns.items()}
-            suite_params["metrics"] = sorted(bench.patterns)
-
-        @task
-        def parse(fetched: dict[str, Any], **context: Any) -> dict[str, Any]:
-            from benchflow.params import overlay
-            from benchflow.results import parse_artifacts
-
-            effective = overlay(dict(bench.args), context["params"])
-            lengths: dict[str, Any] = {k: effective[k] for k in ("input_len", "output_len") if k in effective}
-            summary = parse_artifacts(
-                Path(fetched["dir"]), bench.parser, bench.marker, fetched["logs"], lengths, parser_options
-            )
-            print(f"parsed {summary.rows} rows; status {summary.status}; {summary.detail or 'complete'}")
-            return {**asdict(summary), "dir": fetched["dir"]}
-
-        @task
-        def validate(parsed: dict[str, Any], **context: Any) -> dict[str, Any]:
-            from benchflow.expectations import validate_rows
-            from benchflow.results import read_rows
-            from benchflow.warehouse import Warehouse
-
-            rows = read_rows(Path(parsed["dir"]))
-            if not rows:
-                return {"success": True, "summary": "no rows to validate"}
-            checks = dict(suite_params)  # per run: a manual run may have swept other levels
-            if "swept" in checks:
-                checks["swept"] = context["params"].get("concurrency", checks["swept"])
-            outcome = validate_rows(kind, rows, **checks)
-            print(outcome.summary())
-            warehouse = Warehouse()
-            record = run_record(spec, context, parsed["status"] if outcome.success else "invalid", outcome.summary())
-            warehouse.record_validation(record, kind, outcome.success, outcome.evaluated, outcome.failed, len(rows))
-            if not outcome.success:
-                warehouse.quarantine(record, kind, rows, outcome.row_reasons, outcome.summary())
-                raise AirflowFailException(f"{outcome.summary()}\n{len(rows)} rows quarantined, none loaded")
-            return {"success": True, "summary": outcome.summary()}
-
-        @task(outlets=[RESULTS_ASSET])
-        def load(parsed: dict[str, Any], validated: dict[str, Any], **context: Any) -> dict[str, Any]:
-            from benchflow.results import load_rows
-            from benchflow.warehouse import Warehouse
-
-            warehouse = Warehouse()
-            record = run_record(spec, context, parsed["status"], parsed["detail"])
-            loaded = load_rows(warehouse, record, kind, Path(parsed["dir"]))
-            print(f"loaded {loaded} rows of run {record.run_id} ({record.status}) into {warehouse.location}")
-            # the report DAG, scheduled on this asset, learns which run to draw from the event
-            context["outlet_events"][RESULTS_ASSET].extra = {
-                "dag_id": spec.dag_id, "run_id": record.run_id, "campaign": spec.name
-            }  # fmt: skip
-            return {"status": record.status, "rows": loaded, "detail": record.detail, "warehouse": warehouse.location}
-
-        @task
-        def detect_regressions(loaded: dict[str, Any], **context: Any) -> dict[str, Any]:
-            from benchflow.regressions import Thresholds, detect, notify
-            from benchflow.warehouse import Warehouse
-
-            warehouse = Warehouse()
-            gpu = warehouse.query("SELECT gpu_model FROM runs WHERE dag_id = ? AND run_id = ?",
-                                  [spec.dag_id, context["run_id"]])["gpu_model"]  # fmt: skip
-            limits = spec.regressions.for_gpu(str(gpu.iloc[0]) if len(gpu) else "none")
-            thresholds = Thresholds(limits.lookback, limits.min_runs, limits.z_threshold, limits.min_change)
-            findings = detect(warehouse, spec.dag_id, context["run_id"], thresholds)
-            for f in findings:
-                print(f"REGRESSION {f.case_key} {f.metric}: {f.value:.4g} vs baseline {f.baseline_mean:.4g} "
-                      f"({f.relative_change:+.1%}, z={f.z_score:.1f}, {f.baseline_runs} runs)")  # fmt: skip
-            print(f"{len(findings)} regressions against the baseline ({thresholds})")
-            notify(spec.regressions.notify, spec.dag_id, context["run_id"], findings)
-            return {"regressions": len(findings)}
-
-        @task(trigger_rule=TriggerRule.ALL_DONE)
-        def verdict(**context: Any) -> None:
-            loaded = context["ti"].xcom_pull(task_ids="load")
-            if loaded is None:
-                raise AirflowFailException("results were not loaded: see the failed task before 'load'")
-            if loaded["status"] != "ok":
-                raise AirflowFailException(
-                    f"run is {loaded['status']}: {loaded['detail']} ({loaded['rows']} rows kept in the warehouse)"
-                )
-
         release = ReleaseHostOperator(task_id="release_host", execution_timeout=_seconds(120), **on_host)
         preflight >> acquire >> stop >> deploy
-        last >> restore
-        last >> fetch
+        last >> [restore, fetch]
         restore.as_teardown(setups=stop, on_failure_fail_dagrun=True)
         [restore, fetch] >> release
         release.as_teardown(setups=acquire, on_failure_fail_dagrun=True)
-        parsed = parse(fetch.output)  # type: ignore[arg-type]  # TaskFlow passes XComArgs
-        loaded = load(parsed, validate(parsed))  # type: ignore[arg-type]
-        detect_regressions(loaded) >> verdict()  # type: ignore[arg-type]
+        _results(spec, fetch, preflight, deploy)
     return dag
+
+
+def _benchmark_stages(spec: CampaignSpec, deploy: BaseOperator, on_host: dict[str, Any]) -> tuple[list[str], Any]:
+    """The benchmark job (a kernel campaign), or one task group per serving config run in turn.
+    Returns the job names whose logs to fetch and the last task of the stage."""
+    if not spec.configs:
+        first, last = _benchmark_chain(spec, "bench", dict(spec.benchmark.args), on_host)
+        deploy >> first
+        return ["bench"], last
+    jobs: list[str] = []
+    last: Any = deploy
+    for config in spec.configs:
+        jobs.append(f"bench_{config.name}")
+        with TaskGroup(group_id=f"config_{config.name}"):
+            up, down = _config_stage(spec, config, on_host)
+        last >> up
+        last = down
+    return jobs, last
+
+
+def _config_stage(spec: CampaignSpec, config: ServingConfig, on_host: dict[str, Any]) -> tuple[Any, Any]:
+    timeouts = spec.timeouts
+    args = {**spec.benchmark.args, "label": config.name, "base_url": f"http://127.0.0.1:{config.endpoint.port}"}
+    servers_up = LaunchServersOperator(task_id="launch_servers", config=config,
+                                       execution_timeout=_seconds(timeouts.server_launch), **on_host)  # fmt: skip
+    ready = ServersReadySensor(
+        task_id="servers_ready", config=config, timeout=timeouts.server_ready,
+        poke_interval=min(timeouts.poke_interval, 5), retries=0, **on_host,
+    )  # fmt: skip
+    first, stop_bench = _benchmark_chain(spec, f"bench_{config.name}", args, on_host)
+    servers_down = StopServersOperator(task_id="stop_servers", config=config,
+                                       execution_timeout=_seconds(timeouts.server_launch), **on_host)  # fmt: skip
+    servers_up >> ready >> first
+    stop_bench >> servers_down
+    servers_down.as_teardown(setups=servers_up)
+    return servers_up, servers_down
+
+
+def _benchmark_chain(spec: CampaignSpec, job: str, args: dict[str, Any], on_host: dict[str, Any]) -> tuple[Any, Any]:
+    bench, timeouts = spec.benchmark, spec.timeouts
+    launch = LaunchBenchmarkOperator(
+        task_id="launch_benchmark", script=bench.script, args=args, output=bench.output, marker=bench.marker,
+        job=job, execution_timeout=_seconds(timeouts.launch), **on_host,
+    )  # fmt: skip
+    wait = DoneMarkerSensor(
+        task_id="wait_done", marker=bench.marker, benchmark_timeout=timeouts.benchmark, job=job,
+        poke_interval=timeouts.poke_interval, deferrable=bench.deferrable, retries=0, **on_host,
+    )  # fmt: skip
+    stop_bench = StopBenchmarkOperator(task_id="stop_benchmark", job=job, marker=bench.marker,
+                                       execution_timeout=_seconds(timeouts.launch), **on_host)  # fmt: skip
+    launch >> wait >> stop_bench
+    stop_bench.as_teardown(setups=launch)
+    return launch, stop_bench
+
+
+def _results(spec: CampaignSpec, fetch: BaseOperator, preflight: BaseOperator, deploy: BaseOperator) -> None:
+    """parse → validate → load → detect_regressions → verdict, each a thin TaskFlow call of a pipeline step."""
+    kind = spec.result_kind
+    bench = spec.benchmark
+
+    @task
+    def parse(fetched: dict[str, Any], **context: Any) -> dict[str, Any]:
+        from benchflow import pipeline
+        from benchflow.params import overlay
+
+        run_args = overlay(dict(bench.args), context["params"])
+        defaults = {k: run_args[k] for k in kind.row_defaults if k in run_args}
+        parsed = pipeline.parse(pipeline.Fetched.from_xcom(fetched), kind, bench.format, bench.marker,
+                                kind.parser_options(bench), defaults)  # fmt: skip
+        print(f"parsed {parsed.rows} rows; status {parsed.status}; {parsed.detail or 'complete'}")
+        return parsed.to_xcom()
+
+    @task
+    def validate(parsed: dict[str, Any], **context: Any) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        from benchflow import pipeline
+        from benchflow.params import overlay
+
+        run_args = overlay(dict(bench.args), context["params"])
+        outcome = pipeline.validate(pipeline.Parsed.from_xcom(parsed), kind, kind.suite_params(bench, run_args))
+        print(f"GX suite {outcome.suite!r}: {outcome.evaluated} expectations, {len(outcome.failures)} failed")
+        for failure in outcome.failures:
+            print(f"  - {failure}")
+        return asdict(outcome)
+
+    @task(outlets=[RESULTS_ASSET])
+    def load(parsed: dict[str, Any], validated: dict[str, Any], facts: dict[str, Any], deployed: dict[str, Any],
+             **context: Any) -> dict[str, Any]:  # fmt: skip
+        from benchflow import pipeline
+        from benchflow.warehouse import Validation, Warehouse
+
+        step = pipeline.Parsed.from_xcom(parsed)
+        validation = Validation(**{**validated, "row_reasons": {int(k): v for k, v in
+                                                                validated["row_reasons"].items()}})  # fmt: skip
+        status = step.status if validation.success else "invalid"
+        detail = step.detail if validation.success else pipeline.cap_notes(validation.failures)
+        record = pipeline.run_record(spec, context, status, detail, facts, deployed)
+        warehouse = Warehouse.from_airflow()
+        loaded = pipeline.load(warehouse, record, kind, step, validation)
+        print(f"loaded {loaded.rows} rows of run {record.run_id} ({record.status}) into {loaded.warehouse}")
+        # the report DAG, scheduled on this asset, learns which run to draw from the event
+        context["outlet_events"][RESULTS_ASSET].extra = {"dag_id": spec.dag_id, "run_id": record.run_id,
+                                                          "campaign": spec.name}  # fmt: skip
+        if not validation.success:
+            raise AirflowFailException(f"validation failed; {len(pipeline.read_rows(step.store))} rows "
+                                       f"quarantined, none loaded: {detail}")  # fmt: skip
+        return loaded.to_xcom()
+
+    @task
+    def detect_regressions(loaded: dict[str, Any], **context: Any) -> dict[str, Any]:
+        from benchflow import pipeline
+        from benchflow.analysis.regressions import notify
+        from benchflow.warehouse import Warehouse
+
+        findings = pipeline.detect(Warehouse.from_airflow(), spec, context["run_id"])
+        for f in findings:
+            print(f"REGRESSION {f.case_key} {f.metric}: {f.value:.4g} vs baseline {f.baseline_mean:.4g} "
+                  f"({f.relative_change:+.1%}, z={f.z_score:.1f}, {f.baseline_runs} runs)")  # fmt: skip
+        print(f"{len(findings)} regressions against the baseline")
+        notify(spec.regressions.notify, spec.dag_id, context["run_id"], findings)
+        return {"regressions": len(findings)}
+
+    parsed = parse(fetch.output)  # type: ignore[arg-type]  # TaskFlow passes XComArgs
+    loaded = load(parsed, validate(parsed), preflight.output, deploy.output)  # type: ignore[arg-type]
+    loaded_task = loaded.operator  # type: ignore[attr-defined]
+
+    @task(trigger_rule=TriggerRule.ALL_DONE)
+    def verdict(**context: Any) -> None:
+        outcome = context["ti"].xcom_pull(task_ids=loaded_task.task_id)
+        if outcome is None:
+            raise AirflowFailException("results were not loaded: see the failed task before 'verdict'")
+        if outcome["status"] != "ok":
+            raise AirflowFailException(
+                f"run is {outcome['status']}: {outcome['detail']} ({outcome['rows']} rows kept in the warehouse)"
+            )
+
+    detect_regressions(loaded) >> verdict()  # type: ignore[arg-type]

@@ -1,4 +1,5 @@
-"""Operators for the remote steps of a campaign. Each works on one host through :mod:`benchflow.hosts`.
+"""Operators for the remote steps of a campaign: behaviour only. Each works on one host through
+:mod:`benchflow.hosts` and builds its commands with :mod:`benchflow.remote`; none holds shell text.
 
 All of a run's state lives in its run directory on the host (``<workdir>/<dag_id>/<run key>``), so
 any task can be retried or cleared and find what it needs there.
@@ -9,15 +10,22 @@ from __future__ import annotations
 import shlex
 from datetime import timedelta
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.sdk import BaseOperator, BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from benchflow import params, remote
+from benchflow import params
 from benchflow.hosts import Host, HostError, get_host
 from benchflow.manifest import MANIFEST_NAME
-from benchflow.paths import artifacts_dir, kernels_dir
+from benchflow.paths import kernels_dir
+from benchflow.remote import jobs, layout, lease, preflight
+
+if TYPE_CHECKING:
+    from airflow.providers.ssh.utils.remote_job import RemoteJobPaths
+    from airflow.sdk.definitions.context import Context
+
+    from benchflow.spec import Server, Service, ServingConfig
 
 LOG_TAIL_LINES = 20
 BENCH_JOB = "bench"
@@ -37,22 +45,24 @@ class HostOperator(BaseOperator):
     def host(self) -> Host:
         return get_host(self.host_id)
 
-    def rundir(self, context: Any) -> str:
-        return remote.run_dir(self.host.workdir, context["dag"].dag_id, context["run_id"])
+    def rundir(self, context: Context) -> str:
+        return layout.run_dir(self.host.workdir, context["dag"].dag_id, context["run_id"])
 
-    def lease_owner(self, context: Any) -> str:
-        """Who holds the host's lease during this run: ``<dag_id>/<run key>``."""
-        return remote.lease_owner(context["dag"].dag_id, context["run_id"])
+    def lease_owner(self, context: Context) -> str:
+        return layout.lease_owner(context["dag"].dag_id, context["run_id"])
 
-    def job(self, context: Any, name: str | None = None) -> Any:
-        return remote.job_paths(self.rundir(context), name or self.job_name)
+    def job(self, context: Context, name: str | None = None) -> RemoteJobPaths:
+        return layout.job_paths(self.rundir(context), name or self.job_name)
 
-    def status(self, paths: Any, marker: str = "-") -> remote.JobStatus:
+    def status(self, paths: RemoteJobPaths, marker: str = "-") -> jobs.JobStatus:
         """One round trip for a job's exit code, liveness, marker and newest log line."""
-        return remote.parse_status(self.host.check(remote.status_command(paths, marker), 60, "status").stdout)
+        return jobs.parse_status(self.host.check(jobs.status_command(paths, marker), 60, "status").stdout)
 
-    def log_tail(self, context: Any, lines: int = LOG_TAIL_LINES) -> str:
-        return self.host.run(remote.tail_command(self.job(context).log_file, lines), timeout=60).stdout
+    def log_tail(self, paths: RemoteJobPaths, lines: int = LOG_TAIL_LINES) -> str:
+        return self.host.run(jobs.tail_command(paths.log_file, lines), timeout=60).stdout
+
+    def timeout_s(self, default: float = 120) -> float:
+        return self.execution_timeout.total_seconds() if self.execution_timeout else default
 
 
 class PreflightOperator(HostOperator):
@@ -64,17 +74,17 @@ class PreflightOperator(HostOperator):
         self.benchmark_args = benchmark_args or {}
         self.serving = serving
 
-    def execute(self, context: Any) -> dict[str, str]:
+    def execute(self, context: Context) -> dict[str, str]:
         try:
             params.check_conf(self.benchmark_args, self.serving, context.get("params"))
         except ValueError as exc:
             raise AirflowFailException(f"trigger conf refused, nothing ran on the host: {exc}") from None
         result = self.host.check(
-            remote.preflight_command(self.host.python, self.host.workdir),
-            timeout=self.execution_timeout.total_seconds() if self.execution_timeout else 120,
+            preflight.preflight_command(self.host.python, self.host.workdir),
+            timeout=self.timeout_s(),
             what="preflight (python and torch must import on the host)",
         )
-        facts = remote.parse_facts(result.stdout)
+        facts = preflight.parse_facts(result.stdout)
         for key, value in sorted(facts.items()):
             self.log.info("host fact %s = %s", key, value)
         return facts
@@ -87,32 +97,22 @@ class ServicesOperator(HostOperator):
     only runs after its setup succeeded.
     """
 
-    def __init__(self, *, services: list[dict[str, str]], action: str, **kwargs: Any):
+    def __init__(self, *, services: list[Service], action: Literal["stop", "start"], **kwargs: Any):
         super().__init__(**kwargs)
-        if action not in ("stop", "start"):
-            raise ValueError(f"action must be 'stop' or 'start', got {action!r}")
         self.services = services
         self.action = action
 
-    def _run(self, service: dict[str, str], action: str) -> None:
-        self.log.info("%s service %s: %s", action, service["name"], service[action])
-        self.host.check(service[action], timeout=300, what=f"{action} service {service['name']!r}")
+    def _run(self, service: Service, action: Literal["stop", "start"]) -> None:
+        command = service.stop if action == "stop" else service.start
+        self.log.info("%s service %s: %s", action, service.name, command)
+        self.host.check(command, timeout=self.timeout_s(300), what=f"{action} service {service.name!r}")
 
-    def execute(self, context: Any) -> list[str]:
-        if not self.services:
-            self.log.info("no services to %s on host %s", self.action, self.host_id)
-            return []
+    def execute(self, context: Context) -> list[str]:
         if self.action == "start":
-            failures = []
             for service in self.services:
-                try:
-                    self._run(service, "start")
-                except HostError as exc:
-                    failures.append(str(exc))
-            if failures:
-                raise AirflowFailException("could not restore every service:\n" + "\n".join(failures))
-            return [s["name"] for s in self.services]
-        stopped: list[dict[str, str]] = []
+                self._run(service, "start")
+            return [s.name for s in self.services]
+        stopped: list[Service] = []
         for service in self.services:
             try:
                 self._run(service, "stop")
@@ -121,7 +121,7 @@ class ServicesOperator(HostOperator):
                     self._run(done, "start")
                 raise
             stopped.append(service)
-        return [s["name"] for s in stopped]
+        return [s.name for s in stopped]
 
 
 class DeployPayloadOperator(HostOperator):
@@ -135,7 +135,7 @@ class DeployPayloadOperator(HostOperator):
         self.payload = payload
         self.requires = requires or []
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:
         target = f"{self.rundir(context)}/payload"
         for name in self.requires:
             self.host.put_tree(kernels_dir() / name, f"{target}/{name}")
@@ -157,7 +157,7 @@ class LaunchBenchmarkOperator(HostOperator):
         super().__init__(**kwargs)
         self.script, self.args, self.output_file, self.marker = script, args, output, marker
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:
         paths = self.job(context)
         status = self.status(paths, self.marker)
         if status.alive or status.exit_code is not None:
@@ -169,35 +169,47 @@ class LaunchBenchmarkOperator(HostOperator):
         except ValueError as exc:
             raise AirflowFailException(str(exc)) from None
         command = (
-            f"exec {shlex.quote(self.host.python)} {shlex.quote(self.script)} {remote.render_args(args)}"
+            f"exec {shlex.quote(self.host.python)} {shlex.quote(self.script)} {layout.render_args(args)}"
             f" --out {shlex.quote(f'{rundir}/{self.output_file}')} --marker {shlex.quote(self.marker)}"
         )
         self.log.info("launching on %s: %s", self.host_id, command)
-        launch = remote.launch_command(paths, command, cwd=f"{rundir}/payload", env={"PYTHONUNBUFFERED": "1"})
-        pid = self.host.check(launch, timeout=60, what="launch benchmark").stdout.strip().splitlines()[-1]
+        launch = jobs.launch_command(paths, command, cwd=f"{rundir}/payload", env={"PYTHONUNBUFFERED": "1"})
+        pid = jobs.parse_pid(self.host.check(launch, timeout=60, what="launch benchmark").stdout)
         self.log.info("benchmark running as process group %s; log %s", pid, paths.log_file)
-        return {"pid": int(pid), "attached": False}
+        return {"pid": pid, "attached": False}
 
 
-def server_job(config: str, server: dict[str, Any]) -> str:
-    return f"server_{config}_{server['name']}"
+def server_job(config: ServingConfig, server: Server) -> str:
+    return f"server_{config.name}_{server.name}"
 
 
-class LaunchServersOperator(HostOperator):
+class ServersOperator(HostOperator):
+    """Base for the steps on a serving config's servers (and router, launched last, stopped first)."""
+
+    def __init__(self, *, config: ServingConfig, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.config = config
+
+    def members(self) -> list[tuple[Server, bool]]:
+        """Every server of the config, then its router: ``(server, is_router)``."""
+        router = [(self.config.router, True)] if self.config.router else []
+        return [(s, False) for s in self.config.servers] + router
+
+
+class LaunchServersOperator(ServersOperator):
     """Start a config's servers (and router) detached, each with its GPU set and NUMA binding.
 
     A server of this run that is already alive is attached to, not started twice.
     """
 
-    def __init__(self, *, config: str, servers: list[dict[str, Any]], **kwargs: Any):
-        super().__init__(**kwargs)
-        self.config = config
-        self.servers = servers
-
-    def execute(self, context: Any) -> dict[str, int]:
+    def execute(self, context: Context) -> dict[str, int]:
         rundir = self.rundir(context)
+        try:
+            extra = params.server_args(context.get("params"))
+        except ValueError as exc:
+            raise AirflowFailException(str(exc)) from None
         pids = {}
-        for server in self.servers:
+        for server, is_router in self.members():
             name = server_job(self.config, server)
             paths = self.job(context, name)
             status = self.status(paths)
@@ -205,66 +217,41 @@ class LaunchServersOperator(HostOperator):
                 self.log.info("%s already running (pid %s): attaching", name, status.pid)
                 pids[name] = status.pid or 0
                 continue
-            command = server["command"].replace("{python}", shlex.quote(self.host.python))
-            command = command.replace("{port}", str(int(server["port"])))
-            try:
-                extra = params.server_args(context.get("params"))
-            except ValueError as exc:
-                raise AirflowFailException(str(exc)) from None
-            if extra and server.get("role") != "router":
-                command = f"{command} {extra}"
-            if server.get("numa_node") is not None:
-                node = int(server["numa_node"])
-                command = f"numactl --cpunodebind={node} --membind={node} {command}"
-            env = {"PYTHONUNBUFFERED": "1"}
-            if server.get("visible_devices"):
-                env["CUDA_VISIBLE_DEVICES"] = server["visible_devices"]
+            command = server.render(self.host.python, extra="" if is_router else extra)
+            env = {"PYTHONUNBUFFERED": "1"} | server.env()
             self.log.info("launching %s on %s (env %s): %s", name, self.host_id, env, command)
-            launch = remote.launch_command(paths, command, cwd=f"{rundir}/payload", env=env)
-            pids[name] = int(self.host.check(launch, timeout=60, what=f"launch {name}").stdout.split()[-1])
+            launch = jobs.launch_command(paths, command, cwd=f"{rundir}/payload", env=env)
+            pids[name] = jobs.parse_pid(self.host.check(launch, timeout=60, what=f"launch {name}").stdout)
         return pids
 
 
-class ServersReadySensor(HostOperator, BaseSensorOperator):
+class ServersReadySensor(ServersOperator, BaseSensorOperator):
     """Wait until every server of a config answers its health URL (checked on the host itself);
     fail at once, with the server's log tail, if one of them has died."""
 
-    def __init__(self, *, config: str, servers: list[dict[str, Any]], **kwargs: Any):
-        super().__init__(**kwargs)
-        self.config = config
-        self.servers = servers
-
-    def poke(self, context: Any) -> bool:
-        probe = "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)"
+    def poke(self, context: Context) -> bool:
         ready = []
-        for server in self.servers:
+        for server, _ in self.members():
             name = server_job(self.config, server)
             paths = self.job(context, name)
             status = self.status(paths)
             if not status.alive:
-                tail = self.host.run(remote.tail_command(paths.log_file, LOG_TAIL_LINES), 60).stdout
                 raise AirflowFailException(f"server {name} is not running (exit {status.exit_code}); "
-                                           f"last {LOG_TAIL_LINES} log lines:\n{tail}")  # fmt: skip
-            url = f"http://127.0.0.1:{int(server['port'])}{server['health_path']}"
-            check = f"{shlex.quote(self.host.python)} -c {shlex.quote(probe)} {shlex.quote(url)}"
-            healthy = self.host.run(check, 30).rc == 0
+                                           f"last {LOG_TAIL_LINES} log lines:\n{self.log_tail(paths)}")  # fmt: skip
+            url = f"http://127.0.0.1:{server.port}{server.health_path}"
+            healthy = self.host.run(jobs.http_ok_command(self.host.python, url), 30).rc == 0
             self.log.info("%s %s: %s", name, url, "healthy" if healthy else f"not yet ({status.last_line})")
             ready.append(healthy)
         return all(ready)
 
 
-class StopServersOperator(HostOperator):
+class StopServersOperator(ServersOperator):
     """Teardown: stop every server (and the router) of a config."""
 
-    def __init__(self, *, config: str, servers: list[dict[str, Any]], **kwargs: Any):
-        super().__init__(**kwargs)
-        self.config = config
-        self.servers = servers
-
-    def execute(self, context: Any) -> None:
-        for server in reversed(self.servers):
+    def execute(self, context: Context) -> None:
+        for server, _ in reversed(self.members()):
             paths = self.job(context, server_job(self.config, server))
-            self.host.check(remote.kill_command(paths), timeout=60, what=f"stop {server['name']}")
+            self.host.check(jobs.kill_command(paths), timeout=60, what=f"stop {server.name}")
             self.log.info("stopped %s", server_job(self.config, server))
 
 
@@ -280,48 +267,50 @@ class StopBenchmarkOperator(HostOperator):
         self.marker = marker
         self.exit_grace_s = exit_grace_s
 
-    def execute(self, context: Any) -> None:
+    def execute(self, context: Context) -> None:
         paths = self.job(context)
         status = self.status(paths, self.marker)
         if status.alive and status.marker:
-            self.host.run(remote.wait_exit_command(paths, self.exit_grace_s), self.exit_grace_s + 30)
+            self.host.run(jobs.wait_exit_command(paths, self.exit_grace_s), self.exit_grace_s + 30)
             status = self.status(paths, self.marker)
         if not status.alive:
             self.log.info("benchmark not running (exit %s)", status.exit_code)
             return
         self.log.warning("benchmark process group %s still alive: TERM, then KILL", status.pid)
-        self.host.check(remote.kill_command(paths), timeout=60, what="kill benchmark")
+        self.host.check(jobs.kill_command(paths), timeout=60, what="kill benchmark")
 
 
 class FetchArtifactsOperator(HostOperator):
-    """Copy the logs and the result file of the run here; missing files are reported, not fatal.
+    """Copy the logs and result files of the run into the artifact store that every worker reads;
+    missing files are reported, not fatal. Skips when nothing ran (no log of any job exists).
 
-    ``jobs``: the benchmark jobs whose logs to fetch, each saved as ``<job>.log``.
+    ``jobs``: the benchmark jobs whose logs to fetch, each saved as ``<job>.log``; ``files``: result files
+    in the run directory (the script's output, a kind's side files).
     """
 
-    def __init__(self, *, output: str, jobs: list[str] | None = None, **kwargs: Any):
+    def __init__(self, *, files: list[str], jobs: list[str] | None = None, **kwargs: Any):
         super().__init__(**kwargs)
-        self.output_file = output
+        self.files = files
         self.jobs = jobs or [BENCH_JOB]
 
-    def execute(self, context: Any) -> dict[str, Any]:
-        if context["ti"].xcom_pull(task_ids="deploy_payload") is None:
-            raise AirflowSkipException("the payload was never deployed: nothing ran, nothing to fetch")
+    def execute(self, context: Context) -> dict[str, Any]:
+        from benchflow.pipeline import Fetched, artifact_store, store_file
+
         rundir = self.rundir(context)
-        local = artifacts_dir(context["dag"].dag_id, remote.run_key(context["run_id"]))
+        store = artifact_store(context["dag"].dag_id, context["run_id"])
         wanted = {f"{job}.log": self.job(context, job).log_file for job in self.jobs}
         wanted |= {f"{job}.exit_code": self.job(context, job).exit_code_file for job in self.jobs}
-        wanted |= {
-            self.output_file: f"{rundir}/{self.output_file}",
-            "requests.jsonl": f"{rundir}/requests.jsonl",  # per-request data, when the client saves it
-            MANIFEST_NAME: f"{rundir}/payload/{MANIFEST_NAME}",
-        }
+        wanted |= {name: f"{rundir}/{name}" for name in self.files}
+        wanted[MANIFEST_NAME] = f"{rundir}/payload/{MANIFEST_NAME}"
         fetched: list[str] = []
         missing: list[str] = []
         for name, source in wanted.items():
-            (fetched if self.host.get_file(source, local / name) else missing).append(name)
-        self.log.info("fetched %s to %s; missing: %s", fetched, local, missing or "none")
-        return {"dir": str(local), "fetched": fetched, "missing": missing, "logs": [f"{j}.log" for j in self.jobs]}
+            (fetched if store_file(self.host, source, store / name) else missing).append(name)
+        logs = [f"{job}.log" for job in self.jobs]
+        if not set(logs) & set(fetched):
+            raise AirflowSkipException(f"no benchmark log on the host (nothing ran); missing: {missing}")
+        self.log.info("fetched %s to %s; missing: %s", fetched, store, missing or "none")
+        return Fetched(str(store), fetched, missing, logs).to_xcom()
 
 
 class DoneMarkerSensor(HostOperator, BaseSensorOperator):
@@ -329,11 +318,13 @@ class DoneMarkerSensor(HostOperator, BaseSensorOperator):
 
     marker → success; exit file or dead process group without marker → fail at once with the log
     tail; past ``benchmark_timeout`` → kill the process group and fail. Each check logs the newest
-    line of the log. Deferrable by default: the wait runs in the triggerer
+    line of the log. Deferrable by default: one check here first (a benchmark that already finished
+    needs no triggerer), then the wait runs in the triggerer
     (:class:`~benchflow.triggers.DoneMarkerTrigger`) and holds no worker slot.
     """
 
     ui_color = "#fdf3e1"
+    EVENT_KEYS = frozenset({"status", "message", "checks", "lines"})
 
     def __init__(self, *, marker: str, benchmark_timeout: float, deferrable: bool = True, **kwargs: Any):
         kwargs.setdefault("timeout", benchmark_timeout + 300)
@@ -343,13 +334,13 @@ class DoneMarkerSensor(HostOperator, BaseSensorOperator):
         self.deferrable = deferrable
         self._checks = 0
 
-    def execute(self, context: Any) -> Any:
-        if not self.deferrable:
-            return super().execute(context)
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable or self.poke(context):
+            return super().execute(context) if not self.deferrable else None
         from benchflow.triggers import DoneMarkerTrigger
 
         trigger = DoneMarkerTrigger(
-            host_id=self.host_id, workdir=self.host.workdir, rundir=self.rundir(context), marker=self.marker,
+            host_id=self.host_id, rundir=self.rundir(context), marker=self.marker,
             timeout_s=self.benchmark_timeout, check_interval=self.poke_interval, job=self.job_name,
         )  # fmt: skip
         self.defer(
@@ -358,27 +349,29 @@ class DoneMarkerSensor(HostOperator, BaseSensorOperator):
             timeout=timedelta(seconds=self.benchmark_timeout + trigger.unreachable_grace_s + 300),
         )
 
-    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        self.log.info("wait ended: %s after %s checks and %s log lines", event["status"], event.get("checks"),
-                      event.get("lines"))  # fmt: skip
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(event, dict) or not self.EVENT_KEYS <= set(event):
+            raise AirflowFailException(f"malformed event from the trigger: {event!r}")
+        self.log.info("wait ended: %s after %s checks and %s log lines", event["status"], event["checks"],
+                      event["lines"])  # fmt: skip
         if event["status"] != "done":
             raise AirflowFailException(event["message"])
         return event
 
-    def poke(self, context: Any) -> bool:
+    def poke(self, context: Context) -> bool:
         paths = self.job(context)
         status = self.status(paths, self.marker)
         self._checks += 1
-        self.log.info("%s", remote.progress_line(status, self._checks))
-        outcome, message = remote.judge(status, self.marker, self.benchmark_timeout, self._checks, paths.job_dir)
+        self.log.info("%s", jobs.progress_line(status, self._checks))
+        outcome, message = jobs.judge(status, self.marker, self.benchmark_timeout, self._checks, paths.job_dir)
         if outcome == "done":
             return True
         if outcome == "running":
             return False
         if outcome in ("dead", "timeout"):
-            message = f"{message}; last {LOG_TAIL_LINES} log lines:\n{self.log_tail(context)}"
+            message = f"{message}; last {LOG_TAIL_LINES} log lines:\n{self.log_tail(paths)}"
         if outcome == "timeout":
-            self.host.check(remote.kill_command(paths), timeout=60, what="kill benchmark")
+            self.host.check(jobs.kill_command(paths), timeout=60, what="kill benchmark")
         raise AirflowFailException(message)
 
 
@@ -399,30 +392,22 @@ class AcquireHostSensor(HostOperator, BaseSensorOperator):
         super().__init__(**kwargs)
         self.lease_ttl_s = lease_ttl_s
 
-    def poke(self, context: Any) -> bool:
-        command = remote.lease_acquire_command(self.host.workdir, self.lease_owner(context), self.lease_ttl_s)
-        result = self.host.check(command, 60, "take the host lease")
-        state, _, rest = result.stdout.strip().partition(" ")
-        holder, _, expires = rest.rpartition(" ")
-        if state == "acquired":
-            self.log.info("host %s leased to %s until %s", self.host_id, holder, _epoch(expires))
+    def poke(self, context: Context) -> bool:
+        command = lease.acquire_command(self.host.workdir, self.lease_owner(context), self.lease_ttl_s)
+        state = lease.parse_acquire(self.host.check(command, 60, "take the host lease").stdout)
+        if state.acquired:
+            self.log.info("host %s leased to %s until %s", self.host_id, state.holder, state.until)
             return True
-        self.log.info("host %s is leased by %s until %s: waiting", self.host_id, holder, _epoch(expires))
+        self.log.info("host %s is leased by %s until %s: waiting", self.host_id, state.holder, state.until)
         return False
 
 
 class ReleaseHostOperator(HostOperator):
     """Teardown: give the host's lease back, so the next campaign queued for the host can start."""
 
-    def execute(self, context: Any) -> str:
+    def execute(self, context: Context) -> str:
         owner = self.lease_owner(context)
-        result = self.host.check(remote.lease_release_command(self.host.workdir, owner), 60, "release the host lease")
+        result = self.host.check(lease.release_command(self.host.workdir, owner), 60, "release the host lease")
         outcome = result.stdout.strip()
         self.log.info("host %s lease of %s: %s", self.host_id, owner, outcome)
         return outcome
-
-
-def _epoch(value: str) -> str:
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(int(value), UTC).isoformat() if value.isdigit() else "?"

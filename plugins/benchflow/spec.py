@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,20 @@ class Server(_Model):
     )
     numa_node: int | None = Field(default=None, ge=0, le=63, description="numactl --cpunodebind/--membind")
 
+    def render(self, python: str, extra: str = "") -> str:
+        """The shell command that starts it: ``{python}``/``{port}`` filled in, ``extra`` (already quoted)
+        appended, under ``numactl`` when it names a NUMA node."""
+        command = self.command.replace("{python}", shlex.quote(python)).replace("{port}", str(self.port))
+        if extra:
+            command = f"{command} {extra}"
+        if self.numa_node is not None:
+            command = f"numactl --cpunodebind={self.numa_node} --membind={self.numa_node} {command}"
+        return command
+
+    def env(self) -> dict[str, str]:
+        devices = self.visible_devices()
+        return {"CUDA_VISIBLE_DEVICES": devices} if devices else {}
+
     def visible_devices(self) -> str | None:
         if self.gpus is None:
             return None
@@ -170,16 +185,19 @@ class Timeouts(_Model):
     preflight: float = Field(default=120, gt=0)
     services: float = Field(default=300, gt=0)
     deploy: float = Field(default=600, gt=0)
+    server_launch: float = Field(default=300, gt=0, description="starting or stopping a config's servers")
     server_ready: float = Field(default=900, gt=0)
+    launch: float = Field(default=120, gt=0, description="starting or stopping the benchmark job")
     benchmark: float = Field(default=3600, gt=0)
+    fetch: float = Field(default=600, gt=0, description="copying logs and results into the artifact store")
     poke_interval: float = Field(default=5, gt=0, le=300)
     host_wait: float = Field(default=6 * 3600, gt=0, description="how long to queue for a host another run holds")
     host_poke_interval: float = Field(default=30, gt=0, le=600, description="how often a queued run asks again")
 
     def lease_seconds(self, configs: int) -> float:
         """Upper bound on how long a run holds its host: every stage at its timeout, plus slack."""
-        per_config = self.benchmark + (self.server_ready + 600 if configs else 0)
-        return self.preflight + 2 * self.services + self.deploy + max(1, configs) * per_config + 1800
+        per_config = 2 * self.launch + self.benchmark + (2 * self.server_launch + self.server_ready if configs else 0)
+        return self.preflight + 2 * self.services + self.deploy + max(1, configs) * per_config + self.fetch + 600
 
 
 class RegressionLimits(_Model):

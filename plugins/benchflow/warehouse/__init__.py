@@ -150,7 +150,8 @@ class Warehouse:
             hook = WarehousePostgresHook(postgres_conn_id=conn.conn_id, read_only=read_only)
             hook.use(conn)
             schema = hook.search_path
-            where = f"postgres:{conn.host}:{conn.port or 5432}/{conn.schema}" + (f" (schema {schema})" if schema else "")
+            where = f"postgres:{conn.host}:{conn.port or 5432}/{conn.schema}"
+            where += f" (schema {schema})" if schema else ""
             return cls(hook, where)
         if conn.conn_type == "duckdb":
             hook = DuckDBHook(duckdb_conn_id=conn.conn_id, read_only=read_only)

@@ -38,7 +38,8 @@ def view_statements() -> tuple[list[str], list[str]]:
         )
         history += [
             f"SELECT campaign, dag_id, run_id, night, host, gpu_model, run_type, {kind.case_sql} AS case_key, "
-            f"'{metric}' AS metric, CAST({metric} AS DOUBLE PRECISION) AS value FROM {kind.wide_view}"
+            f"'{metric}' AS metric, CAST({metric} AS DOUBLE PRECISION) AS value FROM {kind.wide_view} "
+            f"WHERE {metric} IS NOT NULL"
             for metric in kind.trend
         ]
     creates.append("CREATE VIEW metric_history AS " + " UNION ALL ".join(history))

@@ -7,6 +7,7 @@ import json
 from benchflow.kinds.serving.common import from_json
 from benchflow.parsing import Format, ParsedRun, ParseError
 
+
 def detect(text: str) -> bool:
     first = text.lstrip().split("\n", 1)[0]
     return first.startswith("{") and '"output_throughput"' in first and '"total_token_throughput"' not in first

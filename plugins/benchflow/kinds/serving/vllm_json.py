@@ -7,6 +7,7 @@ import json
 from benchflow.kinds.serving.common import from_json
 from benchflow.parsing import Format, ParsedRun, ParseError
 
+
 def detect(text: str) -> bool:
     stripped = text.lstrip()
     return stripped.startswith("{") and '"total_token_throughput"' in stripped[:20000]

@@ -1,4 +1,5 @@
-"""Pure builders of the shell commands run on a benchmark host: string in, string out.
+"""Detached jobs on a host: pure builders of shell commands (string in, string out) paired with the parsers
+of what they print.
 
 The detached launch, the pid and the atomic exit-code file come from the SSH provider's
 ``utils/remote_job.py``; what it lacks for benchmarks is here: the done-marker check with pid
@@ -8,7 +9,6 @@ TERM to KILL on the whole process group.
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,44 +19,7 @@ from airflow.providers.ssh.utils.remote_job import (
     build_posix_wrapper_command,
 )
 
-_RUN_KEY_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def run_key(run_id: str) -> str:
-    """A path-safe name for an Airflow run id (``manual__2026-11-29T21:14:22+00:00`` has ':' and '+')."""
-    key = _RUN_KEY_UNSAFE.sub("_", run_id).strip(".")
-    if not key:
-        raise ValueError(f"run id {run_id!r} has no usable characters")
-    return key
-
-
-def run_dir(workdir: str, dag_id: str, run_id: str) -> str:
-    """``<host workdir>/<dag_id>/<run key>``: everything one run leaves on the host."""
-    if not workdir.startswith("/"):
-        raise ValueError(f"host workdir must be absolute, got {workdir!r}")
-    return f"{workdir.rstrip('/')}/{run_key(dag_id)}/{run_key(run_id)}"
-
-
-def job_paths(rundir: str, name: str = "bench") -> RemoteJobPaths:
-    """Log, pid and exit-code files of one detached job inside a run directory."""
-    return RemoteJobPaths(job_id=name, remote_os="posix", base_dir=rundir)
-
-
-def render_args(args: Mapping[str, object]) -> str:
-    """``{"m_list": [1, 2], "dtype": "bf16"}`` → ``--m-list 1,2 --dtype bf16``; every value quoted."""
-    words: list[str] = []
-    for key, value in args.items():
-        if not re.fullmatch(r"[a-z][a-z0-9_]*", key):
-            raise ValueError(f"argument name {key!r} is not an identifier")
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            if value:
-                words.append(flag)
-            continue
-        if isinstance(value, list | tuple):
-            value = ",".join(str(v) for v in value)
-        words += [flag, shlex.quote(str(value))]
-    return " ".join(words)
+from benchflow.remote.layout import started_file
 
 
 def launch_command(paths: RemoteJobPaths, command: str, cwd: str, env: Mapping[str, str] | None = None) -> str:
@@ -101,10 +64,6 @@ def group_alive(pgid: str) -> str:
         f'[ "{pgid}" -gt 1 ] 2>/dev/null && ps -e -o pgid= -o stat= 2>/dev/null'
         f" | awk -v p=\"{pgid}\" '$1 == p && $2 !~ /^Z/ {{found = 1}} END {{exit !found}}'"
     )
-
-
-def started_file(paths: RemoteJobPaths) -> str:
-    return f"{paths.job_dir}/started_at"
 
 
 @dataclass(frozen=True)
@@ -188,72 +147,17 @@ def kill_command(paths: RemoteJobPaths, grace_s: float = 5.0) -> str:
     )
 
 
-def preflight_command(python: str, workdir: str) -> str:
-    """Host facts as ``key=value`` lines; exits non-zero when the payload's runtime is missing."""
-    py, wd = shlex.quote(python), shlex.quote(workdir)
-    return (
-        f"mkdir -p {wd}\n"
-        'printf "hostname=%s\\n" "$(hostname)"\n'
-        'printf "os=%s\\n" "$(uname -srm)"\n'
-        f'printf "disk_free_gb=%s\\n" "$(df -Pk {wd} | awk \'NR==2{{print int($4/1048576)}}\')"\n'
-        "if command -v nvidia-smi >/dev/null 2>&1; then\n"
-        "  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader"
-        ' | sed "s/^/gpu=/"\n'
-        'else echo "gpu=none"; fi\n'
-        f"{py} -c 'import sys, torch; print(\"python=\" + sys.version.split()[0]);"
-        ' print("torch=" + torch.__version__); print("cuda=" + str(torch.version.cuda))\'\n'
-    )
+def parse_pid(stdout: str) -> int:
+    """The pid that :func:`launch_command` prints last."""
+    words = stdout.split()
+    if not words or not words[-1].isdigit():
+        raise ValueError(f"launch printed no pid: {stdout[-200:]!r}")
+    return int(words[-1])
 
 
-def parse_facts(stdout: str) -> dict[str, str]:
-    """``key=value`` lines to a dict; repeated keys (one ``gpu`` line per GPU) are joined with '; '."""
-    facts: dict[str, str] = {}
-    for line in stdout.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and re.fullmatch(r"[a-z_]+", key):
-            facts[key] = f"{facts[key]}; {value.strip()}" if key in facts else value.strip()
-    gpus = [g for g in facts.get("gpu", "none").split("; ") if g and g != "none"]
-    facts["gpu_count"] = str(len(gpus))
-    return facts
+_HTTP_PROBE = "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)"
 
 
-LEASE_FILE = ".bench-host-lease"
-
-
-def lease_acquire_command(workdir: str, owner: str, ttl_s: float) -> str:
-    """Take the host's lease for ``owner`` (``<dag_id>/<run key>``), or report who holds it.
-
-    Prints ``acquired <owner> <expires>`` or ``held <holder> <expires>``. The lease is a file in the
-    host's workdir, read and written under ``flock``, so two campaigns racing for it cannot both win.
-    It is re-entrant (a retry of the holder renews it) and expires ``ttl_s`` after it was taken, so a
-    campaign whose teardown never ran cannot keep the host forever.
-    """
-    if not re.fullmatch(r"[A-Za-z0-9._-]+/[A-Za-z0-9._-]+", owner):
-        raise ValueError(f"lease owner {owner!r} must be <dag_id>/<run key>")
-    wd = shlex.quote(workdir)
-    lease = shlex.quote(f"{workdir.rstrip('/')}/{LEASE_FILE}")
-    return (
-        f"mkdir -p {wd} && exec 9>>{lease}.lock && flock -w 30 9 || exit 75\n"
-        f"now=$(date +%s); holder=; expires=0\n"
-        f"read -r holder expires < {lease} 2>/dev/null || true\n"
-        f'if [ -z "$holder" ] || [ "$holder" = {shlex.quote(owner)} ] || [ "${{expires:-0}}" -lt "$now" ]; then\n'
-        f"  printf '%s %s\\n' {shlex.quote(owner)} $((now + {int(ttl_s)})) > {lease}.new && mv -f {lease}.new {lease}\n"
-        f"  printf 'acquired %s\\n' \"$(cat {lease})\"\n"
-        f"else printf 'held %s %s\\n' \"$holder\" \"$expires\"; fi\n"
-    )
-
-
-def lease_release_command(workdir: str, owner: str) -> str:
-    """Give the lease back if ``owner`` holds it; prints ``released``, ``not held`` or ``held <holder> ...``."""
-    lease = shlex.quote(f"{workdir.rstrip('/')}/{LEASE_FILE}")
-    return (
-        f"exec 9>>{lease}.lock && flock -w 30 9 || exit 75\n"
-        f"holder=; expires=0; read -r holder expires < {lease} 2>/dev/null || true\n"
-        f'if [ "$holder" = {shlex.quote(owner)} ]; then rm -f {lease}; echo released\n'
-        f'elif [ -z "$holder" ]; then echo "not held"\n'
-        f'else printf \'held %s %s\\n\' "$holder" "$expires"; fi\n'
-    )
-
-
-def lease_owner(dag_id: str, run_id: str) -> str:
-    return f"{run_key(dag_id)}/{run_key(run_id)}"
+def http_ok_command(python: str, url: str) -> str:
+    """Exit 0 when ``url`` answers 2xx, checked on the host itself (servers listen on its loopback)."""
+    return f"{shlex.quote(python)} -c {shlex.quote(_HTTP_PROBE)} {shlex.quote(url)}"

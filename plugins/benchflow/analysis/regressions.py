@@ -13,14 +13,21 @@ from __future__ import annotations
 import importlib
 import statistics
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
-HIGHER_IS_BETTER = {"tok_per_s", "output_throughput", "total_throughput", "request_throughput", "input_throughput"}
+from benchflow import kinds
+from benchflow.warehouse import Finding
+
+if TYPE_CHECKING:
+    from benchflow.warehouse import Warehouse
 
 
 def direction(metric: str) -> str:
-    return "higher_is_better" if metric in HIGHER_IS_BETTER else "lower_is_better"
+    """Which way is better for a trend metric, as its kind declares it."""
+    for kind in kinds.all_kinds():
+        if metric in kind.trend:
+            return "higher_is_better" if kind.trend[metric] == "higher" else "lower_is_better"
+    raise KeyError(f"no result kind trends the metric {metric!r}")
 
 
 @dataclass(frozen=True)
@@ -29,19 +36,6 @@ class Thresholds:
     min_runs: int = 5
     z_threshold: float = 2.5
     min_change: float = 0.05
-
-
-@dataclass
-class Finding:
-    case_key: str
-    metric: str
-    value: float
-    baseline_mean: float
-    baseline_std: float
-    baseline_runs: int
-    relative_change: float
-    z_score: float
-    direction: str
 
 
 def judge(value: float, history: list[float], metric: str, limits: Thresholds) -> Finding | None:
@@ -65,12 +59,13 @@ def judge(value: float, history: list[float], metric: str, limits: Thresholds) -
     return Finding("", metric, value, mean, std, len(history), change, z, worse)
 
 
-def detect(warehouse: Any, dag_id: str, run_id: str, limits: Thresholds) -> list[Finding]:
-    """Judge every case and metric of one loaded run against its baseline; store and return the findings."""
+def find(warehouse: Warehouse, dag_id: str, run_id: str, limits: Thresholds) -> list[Finding]:
+    """Judge every case and metric of one loaded run against its baseline; returns the findings."""
+    p = warehouse.p
     current = warehouse.query(
         "SELECT h.case_key, h.metric, h.value, r.gpu_model, r.campaign, COALESCE(r.logical_date, r.started_at) AS t "
         "FROM metric_history h JOIN runs r ON r.dag_id = h.dag_id AND r.run_id = h.run_id "
-        "WHERE h.dag_id = ? AND h.run_id = ?",
+        f"WHERE h.dag_id = {p} AND h.run_id = {p}",
         [dag_id, run_id],
     )
     findings: list[Finding] = []
@@ -81,9 +76,9 @@ def detect(warehouse: Any, dag_id: str, run_id: str, limits: Thresholds) -> list
             "  SELECT h.case_key, h.metric, h.value, h.run_id, ROW_NUMBER() OVER ("
             "    PARTITION BY h.case_key, h.metric ORDER BY COALESCE(r.logical_date, r.started_at) DESC) AS back"
             "  FROM metric_history h JOIN runs r ON r.dag_id = h.dag_id AND r.run_id = h.run_id"
-            "  WHERE h.campaign = ? AND h.run_type = 'scheduled' AND h.gpu_model = ? AND h.run_id <> ?"
-            "    AND COALESCE(r.logical_date, r.started_at) < ?"
-            ") recent WHERE back <= ?",
+            f"  WHERE h.campaign = {p} AND h.run_type = 'scheduled' AND h.gpu_model = {p} AND h.run_id <> {p}"
+            f"    AND COALESCE(r.logical_date, r.started_at) < {p}"
+            f") recent WHERE back <= {p}",
             [first["campaign"], first["gpu_model"], run_id, first["t"], limits.lookback],
         )
         baseline: dict[tuple[str, str], list[float]] = {}
@@ -94,16 +89,6 @@ def detect(warehouse: Any, dag_id: str, run_id: str, limits: Thresholds) -> list
             if found is not None:
                 found.case_key = row.case_key
                 findings.append(found)
-    now = datetime.now(UTC)
-    with warehouse.transaction() as tx:
-        tx.execute("DELETE FROM regressions WHERE dag_id = ? AND run_id = ?", [dag_id, run_id])
-        if findings:
-            tx.executemany(
-                "INSERT INTO regressions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [[dag_id, run_id, f.case_key, f.metric, f.value, f.baseline_mean, f.baseline_std, f.baseline_runs,
-                  f.relative_change, f.z_score, f.direction, now] for f in findings],
-            )  # fmt: skip
-        tx.execute("UPDATE runs SET regressions = ? WHERE dag_id = ? AND run_id = ?", [len(findings), dag_id, run_id])
     return findings
 
 

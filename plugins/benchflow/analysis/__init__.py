@@ -1,0 +1,1 @@
+"""Reading results back: regressions against a baseline, plots. Everything reads through the warehouse."""

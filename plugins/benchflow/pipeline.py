@@ -1,0 +1,236 @@
+"""The steps after the host work: fetch → parse → validate → load → detect regressions.
+
+Plain functions returning dataclasses, called by the DAG's TaskFlow tasks (which only convert to and
+from XCom) and usable from a shell. Only :func:`load` writes to the warehouse: the run's record, its rows
+or its quarantine, and the validation's outcome, in one transaction.
+
+Artifacts live in one store that every worker reads (Airflow's ``ObjectStoragePath``): ``BENCH_ARTIFACTS_URL``
+(e.g. ``s3://bench-artifacts`` with an ``aws_default`` connection), else ``file://<var>/artifacts``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from benchflow import kinds
+from benchflow.paths import project_git_sha, var_dir
+from benchflow.remote.layout import run_key
+
+if TYPE_CHECKING:
+    from airflow.sdk import ObjectStoragePath
+
+    from benchflow.hosts import Host
+    from benchflow.kinds import ResultKind
+    from benchflow.spec import CampaignSpec
+    from benchflow.warehouse import Finding, RunRecord, Validation, Warehouse
+
+ROWS_NAME = "rows.json"
+DETAIL_CAP = 4000  # characters of a run's detail kept in runs.detail and XCom; the rest is counted
+NOTES_CAP = 20  # notes (warnings, missing files) kept, with a count of the others
+
+
+class _Xcom:
+    """Dataclasses that travel through XCom as plain dicts."""
+
+    def to_xcom(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_xcom(cls, value: dict[str, Any]) -> Any:
+        return cls(**value)
+
+
+@dataclass
+class Fetched(_Xcom):
+    store: str  # the run's folder in the artifact store (a URL)
+    files: list[str]
+    missing: list[str]
+    logs: list[str]
+
+
+@dataclass
+class Parsed(_Xcom):
+    store: str
+    status: str  # ok | incomplete | failed
+    rows: int
+    detail: str
+    meta: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Loaded(_Xcom):
+    status: str
+    rows: int
+    detail: str
+    warehouse: str
+
+
+def artifact_store(dag_id: str, run_id: str) -> ObjectStoragePath:
+    from airflow.sdk import ObjectStoragePath
+
+    root = os.environ.get("BENCH_ARTIFACTS_URL") or f"file://{var_dir() / 'artifacts'}"
+    path = ObjectStoragePath(root) / run_key(dag_id) / run_key(run_id)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def store_file(host: Host, remote: str, target: ObjectStoragePath) -> bool:
+    """Copy one file from the host into the store; False when the host does not have it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / "file"
+        if not host.get_file(remote, local):
+            return False
+        with local.open("rb") as source, target.open("wb") as sink:
+            shutil.copyfileobj(source, sink, 1 << 20)
+    return True
+
+
+def cap_notes(notes: list[str], limit: int = NOTES_CAP, chars: int = DETAIL_CAP) -> str:
+    """Join notes for ``runs.detail``: the first ``limit``, then a count of the rest, at most ``chars``."""
+    kept = notes[:limit]
+    if len(notes) > limit:
+        kept.append(f"… and {len(notes) - limit} more")
+    text = "; ".join(kept)
+    return text if len(text) <= chars else text[: chars - 30] + f" … ({len(text) - chars + 30} chars cut)"
+
+
+def parse(
+    fetched: Fetched, kind: ResultKind, fmt: str | None, marker: str, options: dict[str, Any], defaults: dict[str, Any]
+) -> Parsed:
+    """Parse the fetched logs into ``rows.json`` in the store; a missing or cut-off log keeps the rows it has.
+
+    ``defaults`` fill columns a format does not report (a serving log's input/output lengths).
+    """
+    from airflow.sdk import ObjectStoragePath
+
+    store = ObjectStoragePath(fetched.store)
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    meta: dict[str, str] = {}
+    complete = True
+    for name in fetched.logs:
+        if name not in fetched.files:
+            complete = False
+            notes.append(f"{name}: not fetched")
+            continue
+        text = (store / name).read_text(errors="replace")
+        parsed = kinds.parse_text(text, kind.name, fmt, marker=marker, **options)
+        rows += [{**row, **{k: v for k, v in defaults.items() if row.get(k) is None}} for row in parsed.rows]
+        meta |= parsed.meta
+        if not parsed.complete:
+            complete = False
+            notes.append(f"{name}: ends without {marker!r} after {len(parsed.rows)} rows")
+        notes += [f"{name}: {w}" for w in parsed.warnings]
+    non_finite = _finite_only(rows)
+    if non_finite:
+        notes.append(f"{non_finite} values were NaN or infinite: stored as null")
+    (store / ROWS_NAME).write_text(json.dumps(rows, allow_nan=False))
+    status = "failed" if not rows else "ok" if complete else "incomplete"
+    if not rows:
+        notes.insert(0, "no rows")
+    return Parsed(fetched.store, status, len(rows), cap_notes(notes), meta)
+
+
+def _finite_only(rows: list[dict[str, Any]]) -> int:
+    """Replace NaN and ±inf by None in place (strict JSON, SQL NULL); returns how many."""
+    count = 0
+    for row in rows:
+        for key, value in row.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                row[key] = None
+                count += 1
+    return count
+
+
+def read_rows(store: str) -> list[dict[str, Any]]:
+    from airflow.sdk import ObjectStoragePath
+
+    rows: list[dict[str, Any]] = json.loads((ObjectStoragePath(store) / ROWS_NAME).read_text())
+    return rows
+
+
+def read_side_rows(store: str, kind: ResultKind) -> dict[str, list[dict[str, Any]]]:
+    """Each side table's rows from its JSON-lines file, when the benchmark saved one; a record cut off
+    mid-write is dropped."""
+    from airflow.sdk import ObjectStoragePath
+
+    found: dict[str, list[dict[str, Any]]] = {}
+    for side in kind.side_tables:
+        path = ObjectStoragePath(store) / side.file
+        if not path.exists():
+            continue
+        rows = []
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        found[side.table] = rows
+    return found
+
+
+def validate(parsed: Parsed, kind: ResultKind, suite_params: dict[str, Any]) -> Validation:
+    """Run the kind's GX suite over the parsed rows; writes nothing."""
+    from benchflow.expectations import validate_rows
+    from benchflow.warehouse import Validation
+
+    rows = read_rows(parsed.store)
+    if not rows:
+        return Validation(kind.name, True, 0, [], 0)
+    outcome = validate_rows(kind, rows, **suite_params)
+    return Validation(kind.name, outcome.success, outcome.evaluated, outcome.failed, len(rows), outcome.row_reasons)
+
+
+def run_record(spec: CampaignSpec, context: Any, status: str, detail: str, facts: dict[str, Any] | None,
+               deployed: dict[str, Any] | None) -> RunRecord:  # fmt: skip
+    """The ``runs`` row of the current DAG run."""
+    from benchflow.warehouse import RunRecord
+
+    dag_run = context["dag_run"]
+    run_type = getattr(dag_run, "run_type", None)
+    return RunRecord(
+        logical_date=getattr(dag_run, "logical_date", None),
+        run_type=str(getattr(run_type, "value", run_type)) if run_type is not None else None,
+        conf=dict(getattr(dag_run, "conf", None) or {}),
+        git_sha=project_git_sha(),
+        dag_id=spec.dag_id,
+        run_id=context["run_id"],
+        campaign=spec.name,
+        host=spec.host,
+        spec_hash=spec.spec_hash(),
+        status=status,
+        payload_sha256=(deployed or {}).get("payload_sha256"),
+        started_at=getattr(dag_run, "start_date", None),
+        ended_at=datetime.now().astimezone(),
+        host_facts=facts or {},
+        detail=detail,
+    )
+
+
+def load(warehouse: Warehouse, record: RunRecord, kind: ResultKind, parsed: Parsed, validation: Validation) -> Loaded:
+    """The run's one write: its record and rows (or quarantine) and the validation, in one transaction."""
+    warehouse.migrate()  # a write may bring the schema up to date; reads never do
+    rows = read_rows(parsed.store)
+    loaded = warehouse.load(record, kind, rows, validation, read_side_rows(parsed.store, kind))
+    return Loaded(record.status, loaded, record.detail, warehouse.location)
+
+
+def detect(warehouse: Warehouse, spec: CampaignSpec, run_id: str) -> list[Finding]:
+    """Judge the loaded run against its baseline (see :mod:`benchflow.analysis.regressions`); store the findings."""
+    from benchflow.analysis.regressions import Thresholds, find
+
+    p = warehouse.p
+    gpu = warehouse.query(f"SELECT gpu_model FROM runs WHERE dag_id = {p} AND run_id = {p}", [spec.dag_id, run_id])
+    limits = spec.regressions.for_gpu(str(gpu["gpu_model"].iloc[0]) if len(gpu) else "none")
+    thresholds = Thresholds(limits.lookback, limits.min_runs, limits.z_threshold, limits.min_change)
+    findings = find(warehouse, spec.dag_id, run_id, thresholds)
+    warehouse.record_findings(spec.dag_id, run_id, findings)
+    return findings

@@ -1,0 +1,57 @@
+"""Where a run lives on its host, and how values become command-line words."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+
+from airflow.providers.ssh.utils.remote_job import RemoteJobPaths
+
+_RUN_KEY_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def run_key(run_id: str) -> str:
+    """A path-safe name for an Airflow run id (``manual__2026-11-29T21:14:22+00:00`` has ':' and '+')."""
+    key = _RUN_KEY_UNSAFE.sub("_", run_id).strip(".")
+    if not key:
+        raise ValueError(f"run id {run_id!r} has no usable characters")
+    return key
+
+
+def run_dir(workdir: str, dag_id: str, run_id: str) -> str:
+    """``<host workdir>/<dag_id>/<run key>``: everything one run leaves on the host."""
+    if not workdir.startswith("/"):
+        raise ValueError(f"host workdir must be absolute, got {workdir!r}")
+    return f"{workdir.rstrip('/')}/{run_key(dag_id)}/{run_key(run_id)}"
+
+
+def job_paths(rundir: str, name: str = "bench") -> RemoteJobPaths:
+    """Log, pid and exit-code files of one detached job inside a run directory."""
+    return RemoteJobPaths(job_id=name, remote_os="posix", base_dir=rundir)
+
+
+def render_args(args: Mapping[str, object]) -> str:
+    """``{"m_list": [1, 2], "dtype": "bf16"}`` → ``--m-list 1,2 --dtype bf16``; every value quoted."""
+    words: list[str] = []
+    for key, value in args.items():
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", key):
+            raise ValueError(f"argument name {key!r} is not an identifier")
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            if value:
+                words.append(flag)
+            continue
+        if isinstance(value, list | tuple):
+            value = ",".join(str(v) for v in value)
+        words += [flag, shlex.quote(str(value))]
+    return " ".join(words)
+
+
+def started_file(paths: RemoteJobPaths) -> str:
+    return f"{paths.job_dir}/started_at"
+
+
+def lease_owner(dag_id: str, run_id: str) -> str:
+    """Who holds a host's lease during a run: ``<dag_id>/<run key>``."""
+    return f"{run_key(dag_id)}/{run_key(run_id)}"
