@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
 
-from benchflow import remote  # noqa: E402
-from benchflow.hosts import LocalHost  # noqa: E402
+from benchflow.hosts.local import LocalHost  # noqa: E402
+from benchflow.remote import jobs, layout  # noqa: E402
 from tests.sshd import LoopbackSSHD  # noqa: E402
 
 PAYLOAD = """
@@ -107,11 +107,11 @@ def main() -> int:
     try:
         for trial in range(args.trials):
             rundir = f"{ours.workdir}/trial{trial}"
-            paths = remote.job_paths(rundir)
+            paths = layout.job_paths(rundir)
             delay = random.uniform(1.0, OLD_POLL_S - 1.0)
             host.check(f"mkdir -p {rundir}", 10, "mkdir")
             before = {"old": theirs.connections_accepted(), "ours": ours.connections_accepted()}
-            host.check(remote.launch_command(paths, f"{sys.executable} {payload} {delay}", cwd=rundir), 30, "launch")
+            host.check(jobs.launch_command(paths, f"{sys.executable} {payload} {delay}", cwd=rundir), 30, "launch")
             launched = time.time()
             noticed: dict[str, float] = {}
 

@@ -80,7 +80,7 @@ class PreflightOperator(HostOperator):
         except ValueError as exc:
             raise AirflowFailException(f"trigger conf refused, nothing ran on the host: {exc}") from None
         result = self.host.check(
-            preflight.preflight_command(self.host.python, self.host.workdir),
+            preflight.facts_command(self.host.python, self.host.workdir),
             timeout=self.timeout_s(),
             what="preflight (python and torch must import on the host)",
         )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from benchflow import remote
+from benchflow.remote import layout
 from benchflow.warehouse import Warehouse
 from tests.conftest import live_group_members
 from tests.e2e.conftest import campaign_dags, run_dag
@@ -77,7 +77,7 @@ def host_workdir(var_dir: Path) -> Path:
 
 
 def run_dir(var_dir: Path, name: str, run_id: str) -> Path:
-    return Path(remote.run_dir(str(host_workdir(var_dir)), f"bench_{name}", run_id))
+    return Path(layout.run_dir(str(host_workdir(var_dir)), f"bench_{name}", run_id))
 
 
 def services_log(var_dir: Path) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchflow import remote
+from benchflow.remote import layout
 from benchflow.warehouse import Warehouse
 from tests.conftest import PROJECT_ROOT, live_group_members
 from tests.e2e.conftest import campaign_dags, run_dag
@@ -65,7 +65,7 @@ def serving_rows(run_id):
 
 
 def servers_gone(workdir: Path, dag_id: str, run_id: str, jobs: list[str]) -> bool:
-    rundir = Path(remote.run_dir(str(workdir), dag_id, run_id))
+    rundir = Path(layout.run_dir(str(workdir), dag_id, run_id))
     pgids = [int((rundir / job / "pid").read_text()) for job in jobs]
     return all(live_group_members(pgid) == [] for pgid in pgids)
 
@@ -124,7 +124,7 @@ def test_trigger_conf_changes_the_sweep_and_the_server_arguments(bag, var_dir):
     assert list(zip(rows["config"], rows["concurrency"], rows["output_len"], strict=True)) == [
         ("pd", 1, 4), ("pd", 3, 4), ("single", 1, 4), ("single", 3, 4)
     ]  # fmt: skip
-    rundir = Path(remote.run_dir(str(var_dir / "hosts" / "local"), "bench_serving_local", run_id))
+    rundir = Path(layout.run_dir(str(var_dir / "hosts" / "local"), "bench_serving_local", run_id))
     launched = {"server_single_engine": "both", "server_pd_prefill": "prefill", "server_pd_decode": "decode"}
     for job, role in launched.items():
         log = (rundir / job / "stdout.log").read_text()

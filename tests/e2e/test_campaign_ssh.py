@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchflow import remote
+from benchflow.remote import layout
 from benchflow.warehouse import Warehouse
 from tests.conftest import FIXTURES, PROJECT_ROOT, live_group_members
 from tests.e2e.conftest import campaign_dags, run_dag
@@ -104,7 +104,7 @@ def test_demo_campaign_over_ssh_end_to_end(bag, sshd, var_dir):
     assert rows_of(run_id) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
     assert status_of(run_id) == ["ok"]
     # Artifacts came back over SFTP into the local artifacts directory, keyed by dag_id/run_id.
-    artifacts = var_dir / "artifacts" / "bench_moe_kernel_ssh" / remote.run_key(run_id)
+    artifacts = var_dir / "artifacts" / "bench_moe_kernel_ssh" / layout.run_key(run_id)
     assert (artifacts / "results.jsonl").exists() and "ALL_DONE" in (artifacts / "bench.log").read_text()
     # One connection for each task that touches the host (preflight, acquire_host, deploy, launch,
     # stop_benchmark, fetch, release_host; this spec has no services) and one for the whole deferred wait.
@@ -159,7 +159,7 @@ def test_hung_benchmark_is_killed_at_timeout_with_its_group(bag, sshd, capfd):
     run_id, state, _ = run(bag, "ssh_hang")
     log = "".join(capfd.readouterr())
     assert state == "failed" and "ran past its timeout of 4 s; its process group was killed" in log
-    job = Path(remote.run_dir(str(sshd.workdir), "bench_ssh_hang", run_id)) / "bench"
+    job = Path(layout.run_dir(str(sshd.workdir), "bench_ssh_hang", run_id)) / "bench"
     assert live_group_members(int((job / "pid").read_text())) == []
     assert rows_of(run_id) == [1, 2] and status_of(run_id) == ["incomplete"]
     assert services_log(sshd) == ["stopped", "started"]

@@ -10,11 +10,14 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from benchflow.regressions import Thresholds, detect, judge
+from benchflow import kinds
+from benchflow.analysis.regressions import Thresholds, find, judge
 from benchflow.warehouse import RunRecord, Warehouse
 from tests.conftest import PG_URI, PROJECT_ROOT
 
 pytestmark = pytest.mark.integration
+KERNEL = kinds.get("kernel")
+SERVING = kinds.get("serving")
 
 QUERIES = re.findall(r"```sql\n(.*?)```", (PROJECT_ROOT / "docs" / "analysts.md").read_text(), re.S)
 TONIGHT = datetime.combine(date.today(), datetime.min.time(), tzinfo=UTC) + timedelta(hours=2)
@@ -24,8 +27,18 @@ H200 = {"gpu": "NVIDIA H200, 570.86, 143771 MiB", "gpu_count": "1", "cuda": "12.
 @pytest.fixture(params=["duckdb", "postgres"])
 def warehouse(request, tmp_path):
     if request.param == "duckdb":
-        return Warehouse(tmp_path / "wh.duckdb")
-    return Warehouse(postgres=PG_URI, search_path=f"an_{uuid.uuid4().hex[:12]}")
+        warehouse = Warehouse.at(tmp_path / "wh.duckdb")
+    else:
+        warehouse = Warehouse.postgres(PG_URI, search_path=f"an_{uuid.uuid4().hex[:12]}")
+    warehouse.migrate()
+    return warehouse
+
+
+def detect(warehouse: Warehouse, dag_id: str, run_id: str, limits: Thresholds) -> list:
+    """What the pipeline's detect step does: judge the run, store the findings."""
+    findings = find(warehouse, dag_id, run_id, limits)
+    warehouse.record_findings(dag_id, run_id, findings)
+    return findings
 
 
 def night_run(campaign: str, night: int, status: str = "ok", run_type: str = "scheduled", facts=None) -> RunRecord:
@@ -46,9 +59,9 @@ def kernel_rows(scale: float, rng: random.Random) -> list[dict]:
 def fill_history(warehouse: Warehouse, tonight_scale: float) -> RunRecord:
     rng = random.Random(7)
     for night in range(14, 0, -1):
-        warehouse.load(night_run("moe_kernel_nightly", night), "kernel_sweep", kernel_rows(1.0, rng))
+        warehouse.load(night_run("moe_kernel_nightly", night), KERNEL, kernel_rows(1.0, rng))
     tonight = night_run("moe_kernel_nightly", 0)
-    warehouse.load(tonight, "kernel_sweep", kernel_rows(tonight_scale, rng))
+    warehouse.load(tonight, KERNEL, kernel_rows(tonight_scale, rng))
     return tonight
 
 
@@ -57,12 +70,14 @@ def test_injected_ten_percent_drop_is_found(warehouse):
     findings = detect(warehouse, tonight.dag_id, tonight.run_id, Thresholds())
     throughput = sorted((f.case_key, f.metric) for f in findings if f.metric == "tok_per_s")
     assert throughput == [("m=1", "tok_per_s"), ("m=16", "tok_per_s"), ("m=256", "tok_per_s")]
+    expected = {"tok_per_s": -0.10, "us_per_token": 1 / 0.9 - 1}  # 10 % fewer tokens/s is 11 % more us/token
+    assert {f.metric for f in findings} == set(expected)
     for finding in findings:
         assert finding.baseline_runs == 14
-        assert finding.relative_change == pytest.approx(-0.10, abs=0.05) or finding.metric == "us_per_token"
-    stored = warehouse.query("SELECT count(*) AS n FROM regressions WHERE run_id = ?", [tonight.run_id])
+        assert finding.relative_change == pytest.approx(expected[finding.metric], abs=0.05)
+    stored = warehouse.query(f"SELECT count(*) AS n FROM regressions WHERE run_id = {warehouse.p}", [tonight.run_id])
     assert int(stored["n"][0]) == len(findings)
-    marked = warehouse.query("SELECT regressions FROM runs WHERE run_id = ?", [tonight.run_id])
+    marked = warehouse.query(f"SELECT regressions FROM runs WHERE run_id = {warehouse.p}", [tonight.run_id])
     assert int(marked["regressions"][0]) == len(findings)
 
 
@@ -74,11 +89,11 @@ def test_same_history_without_the_drop_raises_nothing(warehouse):
 def test_baseline_ignores_manual_runs_other_gpus_and_invalid_runs(warehouse):
     rng = random.Random(1)
     for night in range(6, 0, -1):
-        warehouse.load(night_run("k", night, run_type="manual"), "kernel_sweep", kernel_rows(2.0, rng))
-        warehouse.load(night_run("k", night, facts={"gpu": "NVIDIA B200, 1, 1"}), "kernel_sweep", kernel_rows(2.0, rng))
-        warehouse.load(night_run("k", night, status="incomplete"), "kernel_sweep", kernel_rows(2.0, rng))
+        warehouse.load(night_run("k", night, run_type="manual"), KERNEL, kernel_rows(2.0, rng))
+        warehouse.load(night_run("k", night, facts={"gpu": "NVIDIA B200, 1, 1"}), KERNEL, kernel_rows(2.0, rng))
+        warehouse.load(night_run("k", night, status="incomplete"), KERNEL, kernel_rows(2.0, rng))
     tonight = night_run("k", 0)
-    warehouse.load(tonight, "kernel_sweep", kernel_rows(1.0, rng))
+    warehouse.load(tonight, KERNEL, kernel_rows(1.0, rng))
     assert detect(warehouse, tonight.dag_id, tonight.run_id, Thresholds()) == []  # no usable baseline at all
 
 
@@ -92,6 +107,12 @@ def test_judge_knows_which_way_is_worse():
     assert judge(98.0, history, "output_throughput", Thresholds(min_change=0.05)) is None  # quiet but small
 
 
+def store(tmp_path, name):
+    from airflow.sdk import ObjectStoragePath
+
+    return ObjectStoragePath(f"file://{tmp_path / name}")
+
+
 def serving_row(config: str, concurrency: int, throughput: float) -> dict:
     return {"config": config, "concurrency": concurrency, "num_prompts": 32, "completed": 32, "failed": 0,
             "duration_s": 10.0, "total_output_tokens": round(throughput * 10), "request_throughput": 3.2,
@@ -103,15 +124,15 @@ def test_the_three_analyst_questions_from_the_docs(warehouse):
     for campaign, throughput in (("serving_tp4", 900.0), ("serving_pd", 1200.0), ("serving_ep4", 1000.0)):
         for night in (1, 0):
             rows = [serving_row(campaign.split("_")[1], c, throughput * (1 + night) / (16 / c)) for c in (1, 8, 16)]
-            warehouse.load(night_run(campaign, night), "serving", rows)
-    warehouse.load(night_run("serving_pd", 0, status="invalid", run_type="manual"), "serving",
+            warehouse.load(night_run(campaign, night), SERVING, rows)
+    warehouse.load(night_run("serving_pd", 0, status="invalid", run_type="manual"), SERVING,
                    [serving_row("pd", 16, 99999.0)])  # fmt: skip
     tonight = fill_history(warehouse, tonight_scale=0.9)
     detect(warehouse, tonight.dag_id, tonight.run_id, Thresholds())
     for week_ago in (3, 10):  # one run this week, one last week, slower
         scale = 1.0 if week_ago == 3 else 0.8
         rows = kernel_rows(scale, random.Random(2))
-        warehouse.load(night_run("moe_kernel_nightly", week_ago + 0.5), "kernel_sweep", rows)
+        warehouse.load(night_run("moe_kernel_nightly", week_ago + 0.5), KERNEL, rows)
 
     comparison = warehouse.query(QUERIES[0])
     assert comparison["campaign"].tolist() == ["serving_pd", "serving_ep4", "serving_tp4"]
@@ -127,17 +148,17 @@ def test_the_three_analyst_questions_from_the_docs(warehouse):
 
 
 def test_report_draws_sweep_and_trend_with_regressions(warehouse, tmp_path):
-    from benchflow import report
+    from benchflow.analysis import report
 
     tonight = fill_history(warehouse, tonight_scale=0.9)
     detect(warehouse, tonight.dag_id, tonight.run_id, Thresholds())
-    files = report.render(warehouse, tonight.dag_id, tonight.run_id, tmp_path / "plots")
+    files = report.render(warehouse, tonight.dag_id, tonight.run_id, store(tmp_path, "plots"))
     assert sorted(p.name for p in files) == ["nightly_trend.png", "us_per_token_vs_m.png"]
     for path in files:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
 
     serving = night_run("serving_pd", 0)
-    warehouse.load(serving, "serving", [serving_row("pd", c, 100.0 * c) for c in (1, 8, 16)])
-    files = report.render(warehouse, serving.dag_id, serving.run_id, tmp_path / "serving")
+    warehouse.load(serving, SERVING, [serving_row("pd", c, 100.0 * c) for c in (1, 8, 16)])
+    files = report.render(warehouse, serving.dag_id, serving.run_id, store(tmp_path, "serving"))
     assert sorted(p.name for p in files) == ["nightly_trend.png", "serving_vs_concurrency.png"]
-    assert report.render(warehouse, "bench_nope", "nope", tmp_path / "none") == []
+    assert report.render(warehouse, "bench_nope", "nope", store(tmp_path, "none")) == []

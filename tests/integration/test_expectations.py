@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchflow.expectations import KERNEL_SUITE, SERVING_SUITE, validate_rows
-from benchflow.parsers import parse_text
+from benchflow import kinds
+from benchflow.expectations import validate_rows
 from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.integration
@@ -17,7 +17,7 @@ def rows(*specs):
 
 
 def test_consistent_rows_pass():
-    outcome = validate_rows(KERNEL_SUITE, rows((1, 0.151), (9, 1.18), (32, 3.171)))
+    outcome = validate_rows(kinds.get("kernel"), rows((1, 0.151), (9, 1.18), (32, 3.171)))
     assert outcome.success and outcome.failed == [] and outcome.evaluated == 9
     assert "all 9 expectations passed" in outcome.summary()
 
@@ -28,7 +28,7 @@ def test_each_rule_fails_with_a_readable_reason_and_names_rows():
     bad[3]["us_per_token"] *= 0.9  # 10% off 1000*ms/M
     bad[4]["ms_per_call"] = 0.0
     bad[4]["tok_per_s"] = bad[4]["us_per_token"] = 1.0
-    outcome = validate_rows(KERNEL_SUITE, bad)
+    outcome = validate_rows(kinds.get("kernel"), bad)
     assert not outcome.success
     text = outcome.summary()
     assert "expect_column_values_to_be_unique(m)" in text
@@ -43,7 +43,7 @@ def test_nulls_and_non_positive_m_fail():
     bad = rows((1, 0.1), (2, 0.2))
     bad[0]["m"] = 0
     bad[1]["ms_per_call"] = None
-    outcome = validate_rows(KERNEL_SUITE, bad)
+    outcome = validate_rows(kinds.get("kernel"), bad)
     assert not outcome.success
     assert any("not_be_null(ms_per_call" in f for f in outcome.failed)
     assert any("be_between(m, min_value=1" in f for f in outcome.failed)
@@ -56,13 +56,14 @@ def serving_rows():
     """Three phases of a sweep, from the real SGLang sample, as the sweep driver labels them."""
     rows = []
     for concurrency, prompts in ((1, 10), (8, 10), (16, 10)):
-        row = dict(parse_text(SGLANG).rows[0], config="PD", concurrency=concurrency, num_prompts=prompts, failed=0)
+        parsed = kinds.parse_text(SGLANG).rows[0]
+        row = dict(parsed, config="PD", concurrency=concurrency, num_prompts=prompts, failed=0)
         rows.append(row)
     return rows
 
 
 def test_serving_sweep_passes():
-    outcome = validate_rows(SERVING_SUITE, serving_rows(), swept=[1, 8, 16])
+    outcome = validate_rows(kinds.get("serving"), serving_rows(), swept=[1, 8, 16])
     assert outcome.success, outcome.summary()
 
 
@@ -83,7 +84,7 @@ def test_serving_sweep_passes():
 def test_serving_rules_fail_readably(what, change, rule):
     rows = serving_rows()
     rows[1].update(change)
-    outcome = validate_rows(SERVING_SUITE, rows, swept=[1, 8, 16])
+    outcome = validate_rows(kinds.get("serving"), rows, swept=[1, 8, 16])
     assert not outcome.success, what
     assert any(rule in failure for failure in outcome.failed), outcome.failed
     assert 1 in outcome.row_reasons

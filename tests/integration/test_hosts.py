@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchflow.hosts import HostError, LocalHost, get_host
+from benchflow.hosts import HostError, get_host
+from benchflow.hosts.local import LocalHost
 from benchflow.manifest import MANIFEST_NAME, build_manifest, parse_manifest
 
 pytestmark = pytest.mark.integration

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from benchflow import remote
-from benchflow.hosts import LocalHost
+from benchflow.hosts.local import LocalHost
+from benchflow.remote import jobs, layout, lease, preflight
 from tests.conftest import live_group_members
 
 pytestmark = pytest.mark.integration
@@ -33,14 +33,14 @@ def host(tmp_path):
 
 def launch(host, command, name="job"):
     rundir = f"{host.workdir}/d/r"
-    paths = remote.job_paths(rundir, name)
+    paths = layout.job_paths(rundir, name)
     host.check(f"mkdir -p {rundir}", 10, "mkdir")
-    pid = int(host.check(remote.launch_command(paths, command, cwd=rundir), 30, "launch").stdout.split()[-1])
+    pid = int(host.check(jobs.launch_command(paths, command, cwd=rundir), 30, "launch").stdout.split()[-1])
     return paths, pid
 
 
 def status(host, paths, marker="ALL_DONE"):
-    return remote.parse_status(host.check(remote.status_command(paths, marker), 30, "status").stdout)
+    return jobs.parse_status(host.check(jobs.status_command(paths, marker), 30, "status").stdout)
 
 
 def test_job_writes_marker_and_exit_code(host):
@@ -62,20 +62,20 @@ def test_job_that_dies_without_marker_is_seen_dead(host):
 def test_kill_ends_the_whole_process_group(host):
     paths, pid = launch(host, "sleep 300 & sleep 300; echo never")
     assert status(host, paths).alive and group_alive(pid)
-    host.check(remote.kill_command(paths, grace_s=2), 30, "kill")
+    host.check(jobs.kill_command(paths, grace_s=2), 30, "kill")
     assert wait_for(lambda: not group_alive(pid), timeout=5)
     assert not status(host, paths).alive
 
 
 def test_kill_escalates_to_sigkill_when_term_is_ignored(host):
     paths, pid = launch(host, "trap '' TERM; sleep 300 & trap '' TERM; while true; do sleep 1; done")
-    host.check(remote.kill_command(paths, grace_s=0.5), 30, "kill")
+    host.check(jobs.kill_command(paths, grace_s=0.5), 30, "kill")
     assert wait_for(lambda: not group_alive(pid), timeout=5)
 
 
 def test_quoted_values_reach_the_program_as_data(host, tmp_path):
     evil = "x; touch pwned; $(touch pwned2) `touch pwned3`"
-    args = remote.render_args({"name": evil})
+    args = layout.render_args({"name": evil})
     paths, _ = launch(host, f"printf '%s\\n' {args}")
     assert wait_for(lambda: status(host, paths).exit_code is not None)
     log = open(paths.log_file).read()
@@ -84,40 +84,41 @@ def test_quoted_values_reach_the_program_as_data(host, tmp_path):
 
 
 def test_preflight_reports_facts_of_this_machine(host):
-    facts = remote.parse_facts(host.check(remote.preflight_command(host.python, host.workdir), 60, "preflight").stdout)
+    command = preflight.facts_command(host.python, host.workdir)
+    facts = preflight.parse_facts(host.check(command, 60, "preflight").stdout)
     assert facts["gpu"] == "none" and facts["gpu_count"] == "0"
     assert facts["torch"].startswith("2.")
 
 
-def lease(host, owner, ttl=3600):
-    return host.check(remote.lease_acquire_command(host.workdir, owner, ttl), 60, "lease").stdout.split()[:2]
+def take_lease(host, owner, ttl=3600):
+    return host.check(lease.acquire_command(host.workdir, owner, ttl), 60, "lease").stdout.split()[:2]
 
 
 def release(host, owner):
-    return host.check(remote.lease_release_command(host.workdir, owner), 60, "release").stdout.strip()
+    return host.check(lease.release_command(host.workdir, owner), 60, "release").stdout.strip()
 
 
 def test_host_lease_one_holder_reentrant_released_by_its_owner_only(host):
-    assert lease(host, "bench_a/run1") == ["acquired", "bench_a/run1"]
-    assert lease(host, "bench_b/run1") == ["held", "bench_a/run1"]
-    assert lease(host, "bench_a/run1") == ["acquired", "bench_a/run1"]  # a retry of the holder
+    assert take_lease(host, "bench_a/run1") == ["acquired", "bench_a/run1"]
+    assert take_lease(host, "bench_b/run1") == ["held", "bench_a/run1"]
+    assert take_lease(host, "bench_a/run1") == ["acquired", "bench_a/run1"]  # a retry of the holder
     assert release(host, "bench_b/run1").startswith("held bench_a/run1")  # not b's to give back
-    assert lease(host, "bench_b/run1") == ["held", "bench_a/run1"]
+    assert take_lease(host, "bench_b/run1") == ["held", "bench_a/run1"]
     assert release(host, "bench_a/run1") == "released"
     assert release(host, "bench_a/run1") == "not held"
-    assert lease(host, "bench_b/run1") == ["acquired", "bench_b/run1"]
+    assert take_lease(host, "bench_b/run1") == ["acquired", "bench_b/run1"]
 
 
 def test_an_expired_lease_is_taken_over(host):
-    assert lease(host, "bench_a/crashed", ttl=-10) == ["acquired", "bench_a/crashed"]
-    assert lease(host, "bench_b/run1") == ["acquired", "bench_b/run1"]
+    assert take_lease(host, "bench_a/crashed", ttl=-10) == ["acquired", "bench_a/crashed"]
+    assert take_lease(host, "bench_b/run1") == ["acquired", "bench_b/run1"]
 
 
 def test_racing_campaigns_get_one_lease(host):
     import subprocess
 
     owners = [f"bench_{i}/run" for i in range(12)]
-    procs = [subprocess.Popen(["bash", "-c", remote.lease_acquire_command(host.workdir, o, 3600)], text=True,
+    procs = [subprocess.Popen(["bash", "-c", lease.acquire_command(host.workdir, o, 3600)], text=True,
                               stdout=subprocess.PIPE) for o in owners]  # fmt: skip
     outcomes = [proc.communicate(timeout=60)[0].split()[0] for proc in procs]
     assert outcomes.count("acquired") == 1 and outcomes.count("held") == 11
@@ -125,4 +126,4 @@ def test_racing_campaigns_get_one_lease(host):
 
 def test_lease_owner_is_validated_before_reaching_a_shell():
     with pytest.raises(ValueError, match="lease owner"):
-        remote.lease_acquire_command("/tmp/w", "bench_a/x; rm -rf ~", 60)
+        lease.acquire_command("/tmp/w", "bench_a/x; rm -rf ~", 60)

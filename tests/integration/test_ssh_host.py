@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from benchflow import remote
-from benchflow.hosts import HostError, SSHHost, get_host
-from benchflow.triggers import HostUnusable, SSHShell
+from benchflow.hosts import HostError, HostUnusable, get_host
+from benchflow.hosts.ssh import SSHHost, SSHSession
+from benchflow.remote import layout, preflight
 
 pytestmark = pytest.mark.integration
 
@@ -38,9 +38,10 @@ def other_host_key(tmp_path) -> str:
 
 def test_runs_commands_and_reports_exit_codes(sshd):
     host = get_host("gpu_loopback")
-    assert isinstance(host, SSHHost) and host.workdir == str(sshd.workdir)
+    assert isinstance(host, SSHHost)
     result = host.run("echo out; echo err >&2; exit 3", 30)
     assert (result.rc, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    assert host.run("pwd", 30).stdout.strip() == str(sshd.workdir)  # commands start in the connection's workdir
 
 
 def test_deploy_over_sftp_sends_only_changed_files_and_fetch_gets_them_back(sshd, tmp_path):
@@ -74,32 +75,61 @@ def test_unknown_host_key_is_refused(conn, sshd, tmp_path, monkeypatch):
         host.run("true", 30)
 
 
-def test_connection_that_disables_checking_is_refused(conn):
-    with pytest.raises(HostError, match="turns host-key checking off"):
-        SSHHost(conn(host_key=None, no_host_key_check="true"))
+@pytest.mark.parametrize("flag", ["no_host_key_check", "allow_host_key_change"])
+def test_connection_that_disables_checking_is_refused_before_connecting(conn, flag, monkeypatch):
+    import paramiko
+
+    def no_connection(*args, **kwargs):
+        raise AssertionError("a connection was attempted")
+
+    monkeypatch.setattr(paramiko.SSHClient, "connect", no_connection)
+    with pytest.raises(HostUnusable, match="turns host-key checking off"):
+        SSHHost(conn(host_key=None, **{flag: "true"}))
+
+
+def test_the_trigger_refuses_an_unverified_host_before_connecting(conn, monkeypatch):
+    """The deferred wait applies the same policy as the operators, before asyncssh connects."""
+    import asyncssh
+
+    from benchflow.triggers import DoneMarkerTrigger
+
+    async def no_connection(*args, **kwargs):
+        raise AssertionError("a connection was attempted")
+
+    monkeypatch.setattr(asyncssh, "connect", no_connection)
+    trigger = DoneMarkerTrigger(host_id=conn(host_key=None, no_host_key_check="true"), rundir="/tmp/x",
+                                marker="ALL_DONE", timeout_s=30, check_interval=1)  # fmt: skip
+
+    async def first_event():
+        async for event in trigger.run():
+            return event.payload
+
+    event = asyncio.run(first_event())
+    assert event["status"] == "failed" and "turns host-key checking off" in event["message"]
 
 
 def test_async_shell_refuses_a_changed_host_key(conn, tmp_path):
     with pytest.raises(HostUnusable, match="no command was run"):
-        asyncio.run(SSHShell.connect(conn(host_key=other_host_key(tmp_path))))
+        asyncio.run(SSHSession.connect(conn(host_key=other_host_key(tmp_path))))
 
 
 @pytest.mark.parametrize("bad", ["relative/dir", "/srv/$(id)", "/srv/../etc", "/srv/a;b"])
 def test_workdir_must_be_a_plain_absolute_path(conn, bad):
-    with pytest.raises(HostError, match="extra 'workdir' must be an absolute path"):
+    with pytest.raises(HostUnusable, match="extra 'workdir' must be an absolute path"):
         SSHHost(conn(workdir=bad))
 
 
 def test_hostile_argument_values_reach_the_host_as_data(sshd):
     host = get_host("gpu_loopback")
     evil = "; rm -rf ~ $(touch pwned) `touch pwned2`\\n'\""
-    result = host.check(f"cd {host.workdir} && printf '%s\\n' {remote.render_args({'x': evil})}", 30, "printf")
+    result = host.check(f"cd {host.workdir} && printf '%s\\n' {layout.render_args({'x': evil})}", 30, "printf")
     assert result.stdout.splitlines() == ["--x", evil]
     assert not any((sshd.workdir / name).exists() for name in ("pwned", "pwned2"))
 
 
 def test_preflight_over_ssh(sshd):
     host = get_host("gpu_loopback")
-    facts = remote.parse_facts(host.check(remote.preflight_command(host.python, host.workdir), 120, "preflight").stdout)
+    command = preflight.facts_command(host.python, host.workdir)
+    facts = preflight.parse_facts(host.check(command, 120, "preflight").stdout)
     assert facts["gpu"] == "none" and facts["torch"].startswith("2.")
     assert host.python == sys.executable

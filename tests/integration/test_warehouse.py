@@ -6,8 +6,13 @@ from datetime import UTC, datetime
 import pandas as pd
 import pytest
 
-from benchflow.warehouse import RunRecord, Warehouse
+from benchflow import kinds
+from benchflow.warehouse import RunRecord, Validation, Warehouse
+from benchflow.warehouse.hooks import DuckDBHook
 from tests.conftest import PG_URI
+
+KERNEL = kinds.get("kernel")
+SERVING = kinds.get("serving")
 
 pytestmark = pytest.mark.integration
 
@@ -26,55 +31,71 @@ def record(status="ok", run_id="r1"):
 def warehouse(request, tmp_path):
     """Every test runs against both backends: a DuckDB file, and its own schema on the real PostgreSQL."""
     if request.param == "duckdb":
-        return Warehouse(tmp_path / "wh.duckdb")
-    return Warehouse(postgres=PG_URI, search_path=f"wh_{uuid.uuid4().hex[:12]}")
+        warehouse = Warehouse.at(tmp_path / "wh.duckdb")
+    else:
+        warehouse = Warehouse.postgres(PG_URI, search_path=f"wh_{uuid.uuid4().hex[:12]}")
+    warehouse.migrate()
+    return warehouse
 
 
 def count(warehouse, table, run_id="r1"):
-    return int(warehouse.query(f"SELECT count(*) AS n FROM {table} WHERE run_id = ?", [run_id])["n"][0])
+    return int(warehouse.query(f"SELECT count(*) AS n FROM {table} WHERE run_id = {warehouse.p}", [run_id])["n"][0])
 
 
 def test_load_is_idempotent_per_run(warehouse):
-    assert warehouse.load(record(), "kernel_sweep", ROWS) == 2
-    assert warehouse.load(record(), "kernel_sweep", ROWS) == 2
+    assert warehouse.load(record(), KERNEL, ROWS) == 2
+    assert warehouse.load(record(), KERNEL, ROWS) == 2
     assert count(warehouse, "kernel_results") == 2 and count(warehouse, "runs") == 1
-    warehouse.load(record(run_id="r2"), "kernel_sweep", ROWS[:1])
+    warehouse.load(record(run_id="r2"), KERNEL, ROWS[:1])
     assert count(warehouse, "kernel_results", "r2") == 1 and count(warehouse, "kernel_results") == 2
 
 
 def test_reload_replaces_rows_and_status(warehouse):
-    warehouse.load(record(status="incomplete"), "kernel_sweep", ROWS[:1])
-    warehouse.load(record(status="ok"), "kernel_sweep", ROWS)
+    warehouse.load(record(status="incomplete"), KERNEL, ROWS[:1])
+    warehouse.load(record(status="ok"), KERNEL, ROWS)
     run = warehouse.query("SELECT status, rows_loaded, host_facts FROM runs")
     assert run.to_dict("records") == [{"status": "ok", "rows_loaded": 2, "host_facts": '{"gpu": "none"}'}]
 
 
 def test_failed_load_leaves_previous_state(warehouse):
-    warehouse.load(record(), "kernel_sweep", ROWS)
+    warehouse.load(record(), KERNEL, ROWS)
     broken = [*ROWS, {"m": 2, "ms_per_call": 1.0, "tok_per_s": 1.0, "us_per_token": 1.0, "note": ""}]  # duplicate key
     with pytest.raises(Exception, match=r"(?i)duplicate|constraint"):
-        warehouse.load(record(status="incomplete"), "kernel_sweep", broken)
+        warehouse.load(record(status="incomplete"), KERNEL, broken)
     assert count(warehouse, "kernel_results") == 2
     assert warehouse.query("SELECT status FROM runs")["status"].tolist() == ["ok"]
 
 
 def test_quarantine_keeps_rows_out_of_results_with_reasons(warehouse):
-    warehouse.load(record(), "kernel_sweep", ROWS)
-    warehouse.quarantine(record(status="invalid"), "kernel_sweep", ROWS, {1: ["unique(m)"]}, "GX suite failed\nmore")
+    warehouse.load(record(), KERNEL, ROWS)
+    failed = Validation("kernel", False, 6, ["unique(m): 1 unexpected"], 2, {1: ["unique(m)"]})
+    assert warehouse.load(record(status="invalid"), KERNEL, ROWS, failed) == 0
     assert count(warehouse, "kernel_results") == 0
     reasons = warehouse.query("SELECT row_number, reason FROM quarantine ORDER BY row_number")["reason"].tolist()
-    assert reasons == ["run failed validation: GX suite failed", "unique(m)"]
+    assert reasons == ["run failed validation: unique(m): 1 unexpected", "unique(m)"]
     assert warehouse.query("SELECT status FROM runs")["status"].tolist() == ["invalid"]
+    stored = warehouse.query("SELECT suite, success, failed, rows_checked FROM validations").to_dict("records")
+    assert stored == [{"suite": "kernel", "success": False, "failed": 1, "rows_checked": 2}]
+    warehouse.load(record(), KERNEL, ROWS, Validation("kernel", True, 6, [], 2))  # a rerun that passes
+    assert count(warehouse, "kernel_results") == 2 and count(warehouse, "quarantine") == 0
 
 
 def test_migrations_are_recorded_once(warehouse):
-    warehouse.query("SELECT 1")
-    warehouse.query("SELECT 1")
     from benchflow.paths import SQL_DIR
 
+    assert warehouse.migrate() == []  # the fixture migrated: nothing left to apply, views unchanged
     shipped = sorted(int(p.name[:4]) for p in SQL_DIR.glob("[0-9][0-9][0-9][0-9]_*.sql"))
-    assert len(shipped) >= 3
+    assert shipped == list(range(1, len(shipped) + 1))
     assert warehouse.query("SELECT version FROM schema_migrations ORDER BY version")["version"].tolist() == shipped
+
+
+def test_a_query_never_migrates(tmp_path):
+    fresh = Warehouse.at(tmp_path / "fresh.duckdb")
+    assert fresh.query("SELECT 42 AS answer")["answer"].tolist() == [42]
+    tables = fresh.query("SELECT table_name FROM information_schema.tables")["table_name"].tolist()
+    assert tables == []
+    assert "views" in fresh.migrate() and "schema_migrations" in fresh.query(
+        "SELECT table_name FROM information_schema.tables")["table_name"].tolist()  # fmt: skip
 
 
 def test_unknown_status_is_refused():
@@ -83,13 +104,12 @@ def test_unknown_status_is_refused():
 
 
 def test_serving_rows_load_with_infinities_and_nulls(warehouse):
-    from benchflow.parsers import parse_text
     from tests.conftest import FIXTURES
 
-    row = parse_text((FIXTURES / "sglang_bench_serving_sgl-cookbook_DeepSeek-R1.txt").read_text()).rows[0]
+    row = kinds.parse_text((FIXTURES / "sglang_bench_serving_sgl-cookbook_DeepSeek-R1.txt").read_text()).rows[0]
     rows = [dict(row, config="TP4", concurrency=1), dict(row, config="TP4", concurrency=8, p99_ttft_ms=float("inf"))]
-    assert warehouse.load(record(), "serving", rows) == 2
-    assert warehouse.load(record(), "serving", rows) == 2
+    assert warehouse.load(record(), SERVING, rows) == 2
+    assert warehouse.load(record(), SERVING, rows) == 2
     loaded = warehouse.query("SELECT config, concurrency, output_throughput, p99_ttft_ms, p90_ttft_ms "
                              "FROM serving_results ORDER BY concurrency").to_dict("records")  # fmt: skip
     got = [(r["config"], r["concurrency"], r["output_throughput"]) for r in loaded]
@@ -99,28 +119,28 @@ def test_serving_rows_load_with_infinities_and_nulls(warehouse):
 
 
 def test_per_request_rows_go_to_their_own_table_and_are_replaced(warehouse):
-    from benchflow.parsers import parse_text
     from tests.conftest import FIXTURES
 
-    row = dict(parse_text((FIXTURES / "sglang_bench_serving_sgl-cookbook_DeepSeek-R1.txt").read_text()).rows[0],
+    row = dict(kinds.parse_text((FIXTURES / "sglang_bench_serving_sgl-cookbook_DeepSeek-R1.txt").read_text()).rows[0],
                config="pd", concurrency=2)  # fmt: skip
     requests = [{"config": "pd", "concurrency": 2, "seq": i, "ok": i != 1, "input_len": 256, "output_tokens": 256,
                  "ttft_ms": 10.0 + i, "e2e_ms": 900.0, "mean_itl_ms": 3.5, "error": "" if i != 1 else "HTTP 500"}
                 for i in range(3)]  # fmt: skip
     for _ in range(2):
-        warehouse.load(record(), "serving", [row], requests=requests)
+        warehouse.load(record(), SERVING, [row], side_rows={"serving_requests": requests})
     raw = warehouse.query("SELECT seq, ok, error FROM serving_requests ORDER BY seq").to_dict("records")
     got = [(r["seq"], bool(r["ok"]), r["error"]) for r in raw]
     assert got == [(0, True, ""), (1, False, "HTTP 500"), (2, True, "")]
 
 
-def test_a_duckdb_file_held_by_another_process_is_waited_for(tmp_path, monkeypatch):
+def test_a_duckdb_file_held_by_another_process_is_waited_for(tmp_path):
     """Celery workers load at the same moment; DuckDB lets one process at a time open the file."""
     import subprocess
     import sys
 
     path = tmp_path / "wh.duckdb"
-    Warehouse(path).load(record(), "kernel_sweep", ROWS)
+    Warehouse.at(path).migrate()
+    Warehouse.at(path).load(record(), KERNEL, ROWS)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True);"
          " time.sleep(2); c.close(); print('released', flush=True); time.sleep(30)", str(path)],
@@ -130,15 +150,12 @@ def test_a_duckdb_file_held_by_another_process_is_waited_for(tmp_path, monkeypat
         assert holder.stdout.readline().strip() == "held"
         import duckdb
 
-        from benchflow import warehouse as module
-
-        with monkeypatch.context() as patch:  # not waiting: the lock is really held
-            patch.setattr(module, "DUCKDB_LOCK_WAIT_S", 0)
-            with pytest.raises(duckdb.IOException, match="lock"):
-                Warehouse(path).query("SELECT 1")
-        Warehouse(path).load(record(run_id="r2"), "kernel_sweep", ROWS)  # waits for the holder
+        impatient = Warehouse(DuckDBHook(path=path, lock_wait_s=0), str(path))
+        with pytest.raises(duckdb.IOException, match="lock"):  # not waiting: the lock is really held
+            impatient.load(record(run_id="r2"), KERNEL, ROWS)
+        Warehouse.at(path).load(record(run_id="r2"), KERNEL, ROWS)  # waits for the holder
         assert holder.stdout.readline().strip() == "released"
-        assert count(Warehouse(path), "kernel_results", "r2") == 2
+        assert count(Warehouse.at(path), "kernel_results", "r2") == 2
     finally:
         holder.kill()
         holder.wait()

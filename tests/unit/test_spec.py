@@ -107,7 +107,6 @@ configs:
         gpus: "0-3"
 benchmark:
   script: sweep.py
-  parser: serving_log
 """
 
 
@@ -124,9 +123,11 @@ SERVING_BAD = [
     ("port out of range", "port: 30100", "port: 70000", "configs.0.servers.0.port"),
     ("health path with a query", 'port: 30100', 'port: 30100\n        health_path: "/h?x=$(id)"',
      "configs.0.servers.0.health_path"),
-    ("kernel parser for serving", "parser: serving_log", "parser: kernel_sweep", ""),
-    ("patterns without generic", "parser: serving_log", "parser: serving_log\n  patterns: {a: {regex: '(?P<value>x)'}}",
-     "benchmark"),
+    ("kernel format for serving", "script: sweep.py", "script: sweep.py\n  format: table", ""),
+    ("patterns without generic", "script: sweep.py", "script: sweep.py\n  patterns: {a: {regex: '(?P<value>x)'}}",
+     ""),
+    ("the old parser field", "script: sweep.py", "script: sweep.py\n  parser: serving_log", "benchmark"),
+    ("an unknown kind", "kind: serving", "kind: servin", "kind"),
     ("duplicate ports", 'gpus: "0-3"', 'gpus: "0-3"\n      - name: b\n        command: x\n        port: 30100',
      "configs.0"),
 ]
@@ -148,13 +149,20 @@ def test_serving_spec_needs_configs(tmp_path):
 
 def test_kernel_spec_cannot_declare_servers(tmp_path):
     text = GOOD + "configs:\n  - name: x\n    servers:\n      - {name: a, command: b, port: 1}\n"
-    with pytest.raises(SpecError, match=r"configs .servers. belong to serving campaigns"):
+    with pytest.raises(SpecError, match=r"configs .servers. do not belong to a kernel campaign"):
         load_spec(write(tmp_path, text))
 
 
-def test_generic_parser_needs_valid_patterns(tmp_path):
-    generic = GOOD.replace("  script: bench_moe.py\n", "  script: bench_moe.py\n  parser: generic\n")
-    with pytest.raises(SpecError, match="patterns go with parser 'generic'"):
+def test_old_parser_field_says_what_to_rename(tmp_path):
+    old = GOOD.replace("  script: bench_moe.py\n", "  script: bench_moe.py\n  parser: kernel_sweep\n")
+    with pytest.raises(SpecError, match=r"benchmark: .*'benchmark.parser' is renamed: write 'kind: kernel'"):
+        load_spec(write(tmp_path, old))
+
+
+def test_generic_kind_needs_valid_patterns(tmp_path):
+    generic = GOOD.replace("kind: kernel\n", "kind: generic\n")
+    assert generic != GOOD
+    with pytest.raises(SpecError, match="patterns go with kind generic"):
         load_spec(write(tmp_path, generic))
     good = generic + "  patterns:\n    tok_s: {regex: 'tok/s (?P<value>[0-9.]+)', unit: tok/s}\n"
     good = good.replace("timeouts:\n  benchmark: 60\n", "") + "timeouts:\n  benchmark: 60\n"
@@ -162,3 +170,22 @@ def test_generic_parser_needs_valid_patterns(tmp_path):
     broken = good.replace("(?P<value>[0-9.]+)", "(?P<value>[0-9.+")
     with pytest.raises(SpecError, match=r"benchmark.patterns.tok_s.regex: .*not a regular expression"):
         load_spec(write(tmp_path, broken))
+
+
+def test_duplicate_keys_are_refused_with_their_line(tmp_path):
+    twice = GOOD.replace("    m_list: [1, 2]\n", "    m_list: [1, 2]\n    m_list: [4]\n")
+    with pytest.raises(SpecError, match=r"camp.yaml:9: benchmark.args.m_list: duplicate key"):
+        load_spec(write(tmp_path, twice))
+
+
+def test_keys_yaml_reads_as_booleans_are_refused_on_their_line(tmp_path):
+    switch = GOOD.replace("    m_list: [1, 2]\n", "    m_list: [1, 2]\n    on: 1\n")
+    with pytest.raises(SpecError, match=r"camp.yaml:9: benchmark.args.on: key 'on' is read by YAML as a bool; quote it"):
+        load_spec(write(tmp_path, switch))
+
+
+def test_a_spec_that_is_not_utf8_is_refused_with_its_line(tmp_path):
+    path = tmp_path / "camp.yaml"
+    path.write_bytes(GOOD.encode().replace(b"test campaign", b"caf\xe9 campaign"))
+    with pytest.raises(SpecError, match=r"camp.yaml:1: <top>: not UTF-8 text \(byte 16\)"):
+        load_spec(path)

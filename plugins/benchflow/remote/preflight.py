@@ -6,7 +6,7 @@ import re
 import shlex
 
 
-def preflight_command(python: str, workdir: str) -> str:
+def facts_command(python: str, workdir: str) -> str:
     """Host facts as ``key=value`` lines; exits non-zero when the payload's runtime is missing."""
     py, wd = shlex.quote(python), shlex.quote(workdir)
     return (
