@@ -71,17 +71,24 @@ def cmd_parse(args: argparse.Namespace) -> int:
         kind, fmt, marker = spec.kind, spec.benchmark.format, spec.benchmark.marker
         options = spec.result_kind.parser_options(spec.benchmark)
     try:
-        parsed = kinds.parse_text(path.read_text(errors="replace"), kind, fmt, marker=marker, **options)
+        text = path.read_text(errors="replace")
+        if kind is None and fmt is not None:
+            owners = [k.name for k in kinds.all_kinds() if fmt in k.format_names]
+            if not owners:
+                raise ParseError(f"unknown format {fmt!r} (known: {', '.join(kinds.format_names())})")
+            kind = owners[0]
+        kind = kind or kinds.detect(text)[0].name
+        parsed = kinds.parse_text(text, kind, fmt, marker=marker, **options)
     except OSError as exc:
         print(f"{path}: {exc.strerror}", file=sys.stderr)
         return 2
     except (ParseError, KeyError) as exc:
-        print(f"{path}: {exc}", file=sys.stderr)
+        print(f"{path}: {str(exc).strip(chr(34))}", file=sys.stderr)
         return 1
     for row in parsed.rows:
         print(json.dumps(row))
     state = "complete" if parsed.complete else f"incomplete (no {marker})"
-    print(f"{path}: {parsed.format}, {len(parsed.rows)} rows, {state}", file=sys.stderr)
+    print(f"{path}: {kind}/{parsed.format}, {len(parsed.rows)} rows, {state}", file=sys.stderr)
     for warning in parsed.warnings:
         print(f"{path}: warning: {warning}", file=sys.stderr)
     return 0
@@ -167,7 +174,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
         frame = warehouse.query(args.query)
     except Exception as exc:  # duckdb's and psycopg's errors share no base class worth naming here
         print(f"bench sql: {exc}", file=sys.stderr)
-        if "read-only" in str(exc) or "read only" in str(exc):
+        if any(word in str(exc).lower() for word in ("read-only", "read only", "operations are disabled")):
             print("bench sql is read-only: it runs queries, never changes the warehouse", file=sys.stderr)
         return 1
     print(frame.to_string(index=False) if len(frame) else "(no rows)")

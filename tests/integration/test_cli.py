@@ -19,7 +19,7 @@ def bench(*args):
     return subprocess.run([BENCH, *args], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120)
 
 
-@pytest.mark.parametrize("command", [[], ["validate"], ["parse"], ["run"], ["sql"]])
+@pytest.mark.parametrize("command", [[], ["validate"], ["parse"], ["run"], ["sql"], ["migrate"], ["pools"]])
 def test_every_subcommand_has_help(command):
     result = bench(*command, "--help")
     assert result.returncode == 0 and "usage: bench" in result.stdout
@@ -44,7 +44,7 @@ def test_parse_prints_json_lines_and_detects_format():
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["m"] for r in rows] == [1, 9, 32, 90, 256]
-    assert "kernel_sweep, 5 rows, incomplete (no ALL_DONE)" in result.stderr
+    assert "kernel/table, 5 rows, incomplete (no ALL_DONE)" in result.stderr
 
 
 def test_parse_malformed_exits_nonzero_with_the_line(tmp_path):
@@ -61,11 +61,26 @@ def test_parse_unknown_format_exits_nonzero(tmp_path):
     assert "unknown format 'nope'" in bench("parse", str(other), "--format", "nope").stderr
 
 
-def test_sql_queries_the_warehouse_and_reports_errors():
-    ok = bench("sql", "SELECT count(*) AS runs FROM runs")
-    assert ok.returncode == 0 and "runs" in ok.stdout
+def test_sql_queries_the_published_warehouse_and_reports_errors(var_dir):
+    migrated = bench("migrate")
+    assert migrated.returncode == 0 and "warehouse.duckdb" in migrated.stdout, migrated.stderr
+    assert bench("migrate").stdout.strip().endswith("up to date")
+    ok = bench("sql", "SELECT 6 * 7 AS answer, count(*) AS n_runs FROM runs")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.split() == ["answer", "n_runs", "42", "0"]
     bad = bench("sql", "SELECT nope FROM runs")
-    assert bad.returncode == 1 and "warehouse.duckdb" in bad.stderr and "nope" in bad.stderr
+    assert bad.returncode == 1 and "nope" in bad.stderr
+
+
+@pytest.mark.parametrize("statement", ["DELETE FROM runs", "DROP VIEW valid_runs", "CREATE TABLE x (a INT)",
+                                       "COPY runs TO '/tmp/benchflow-leak.csv'"])  # fmt: skip
+def test_sql_is_read_only(statement):
+    assert bench("migrate").returncode == 0
+    refused = bench("sql", statement)
+    assert refused.returncode == 1
+    assert "bench sql is read-only" in refused.stderr, refused.stderr
+    assert not Path("/tmp/benchflow-leak.csv").exists()
+    assert bench("sql", "SELECT count(*) AS n FROM valid_runs").returncode == 0
 
 
 def test_pools_creates_one_slot_per_host_once_and_keeps_an_operators_change(airflow_db):

@@ -97,19 +97,28 @@ class Transaction:
         self.hook, self.con = hook, con
         self.p: str = hook.placeholder
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        cur = self.con.cursor()
+    @contextmanager
+    def cursor(self) -> Iterator[Any]:
+        """A cursor inside this transaction (DuckDB's ``cursor()`` would open a second connection)."""
+        cur = self.hook.cursor(self.con)
         try:
-            cur.execute(sql, list(params))
+            yield cur
         finally:
-            cur.close()
+            if cur is not self.con:
+                cur.close()
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        with self.cursor() as cur:
+            cur.execute(sql, list(params))
 
     def executemany(self, sql: str, rows: list[list[Any]]) -> None:
-        cur = self.con.cursor()
-        try:
+        with self.cursor() as cur:
             cur.executemany(sql, rows)
-        finally:
-            cur.close()
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self.cursor() as cur:
+            cur.execute(sql, list(params))
+            return list(cur.fetchall())
 
     def insert(self, table: str, values: Sequence[Any]) -> None:
         self.execute(f"INSERT INTO {table} VALUES ({', '.join([self.p] * len(values))})", values)
@@ -156,14 +165,15 @@ class Warehouse:
         if conn.conn_type == "duckdb":
             hook = DuckDBHook(duckdb_conn_id=conn.conn_id, read_only=read_only)
             hook._connection = conn
-            return cls(hook, str(hook.database_path()))
+            return cls(hook, str(hook.snapshot_path() if read_only else hook.database_path()))
         raise ValueError(f"connection {conn.conn_id!r} has type {conn.conn_type!r}; use 'postgres' or 'duckdb'")
 
     @classmethod
     def at(cls, path: Path | str, read_only: bool = False) -> Warehouse:
         from benchflow.warehouse.hooks import DuckDBHook
 
-        return cls(DuckDBHook(path=path, read_only=read_only), str(path))
+        hook = DuckDBHook(path=path, read_only=read_only)
+        return cls(hook, str(hook.snapshot_path() if read_only else path))
 
     @classmethod
     def postgres(cls, uri: str, search_path: str | None = None, read_only: bool = False) -> Warehouse:
@@ -197,6 +207,7 @@ class Warehouse:
                 con.rollback()
                 raise
             con.commit()
+            self.hook.after_commit(con)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> pd.DataFrame:
         """Run a read query (placeholders: ``self.p``) and return a DataFrame. Never migrates."""

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import shutil
 import tempfile
 import time
 from copy import deepcopy
@@ -23,8 +25,12 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 class DuckDBHook(DbApiHook):
     """A DuckDB file: ``path`` given, or the connection's ``host`` or extra ``path``.
 
-    One process at a time may write a DuckDB file: a writer that finds it locked retries with backoff
-    for up to ``lock_wait_s`` (campaigns loading at the same moment take turns; each load is short).
+    One process at a time may write a DuckDB file, and while any process has it open (even read-only) no
+    other can write it. So readers never open it: every committed write publishes a snapshot next to it
+    (``<name>.snapshot.duckdb``, checkpointed, copied, renamed into place while the writer still holds
+    the file), and ``read_only`` hooks open that snapshot, with no access to files outside it (no
+    ``COPY … TO``). An analyst's open notebook therefore never holds up a load, and a load never waits
+    for readers. Writers that meet each other retry with backoff for up to ``lock_wait_s``.
     """
 
     conn_name_attr = "duckdb_conn_id"
@@ -54,12 +60,20 @@ class DuckDBHook(DbApiHook):
             self.path = Path(located)
         return self.path
 
+    def snapshot_path(self) -> Path:
+        path = self.database_path()
+        return path.with_name(f"{path.stem}.snapshot{path.suffix}")
+
     def get_conn(self) -> Any:
         import duckdb
 
+        if self.read_only:
+            snapshot = self.snapshot_path()
+            if not snapshot.exists():
+                raise FileNotFoundError(f"no published warehouse at {snapshot}: run `bench migrate` (or a campaign)")
+            return duckdb.connect(str(snapshot), read_only=True, config={"enable_external_access": False})
         path = self.database_path()
-        if not self.read_only:
-            path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + self.lock_wait_s
         delay = 0.05
         while True:
@@ -73,6 +87,18 @@ class DuckDBHook(DbApiHook):
 
     def begin(self, con: Any) -> None:
         con.begin()
+
+    def cursor(self, con: Any) -> Any:
+        """The connection itself: a DuckDB ``cursor()`` is a second connection, outside the transaction."""
+        return con
+
+    def after_commit(self, con: Any) -> None:
+        """Publish what was committed for readers: checkpoint, copy, rename (atomic for open readers)."""
+        con.execute("CHECKPOINT")
+        path, snapshot = self.database_path(), self.snapshot_path()
+        partial = snapshot.with_name(f".{snapshot.name}.{os.getpid()}")
+        shutil.copyfile(path, partial)
+        os.replace(partial, snapshot)
 
     def bulk_insert(self, con: Any, table: str, columns: list[str], frame: Any, key: list[Any]) -> None:
         """INSERT the frame's ``columns`` after the key ``(dag_id, run_id)``: DuckDB reads the frame in place."""
@@ -120,6 +146,12 @@ class WarehousePostgresHook(PostgresHook):
 
     def begin(self, con: Any) -> None:
         """psycopg opens a transaction with the first statement."""
+
+    def cursor(self, con: Any) -> Any:
+        return con.cursor()
+
+    def after_commit(self, con: Any) -> None:
+        """Readers see a commit at once: nothing to publish."""
 
     def bulk_insert(self, con: Any, table: str, columns: list[str], frame: Any, key: list[Any]) -> None:
         """``COPY`` the frame into a temporary staging table, then INSERT it after the key columns.

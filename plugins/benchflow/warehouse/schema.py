@@ -16,7 +16,7 @@ from benchflow import kinds
 from benchflow.paths import SQL_DIR
 
 if TYPE_CHECKING:
-    from benchflow.warehouse import Transaction, Warehouse
+    from benchflow.warehouse import Warehouse
 
 BASE_VIEWS = ("valid_runs", "latest_valid_runs")
 
@@ -56,7 +56,7 @@ def migrate(warehouse: Warehouse) -> list[str]:
         tx.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
                    "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMP WITH TIME ZONE NOT NULL)")
         tx.execute("CREATE TABLE IF NOT EXISTS schema_state (name TEXT PRIMARY KEY, sha256 TEXT NOT NULL)")
-        done = {row[0] for row in _rows(tx, "SELECT version FROM schema_migrations")}
+        done = {row[0] for row in tx.rows("SELECT version FROM schema_migrations")}
         for script in sorted(SQL_DIR.glob("[0-9][0-9][0-9][0-9]_*.sql")):
             version = int(script.name[:4])
             if version in done:
@@ -67,7 +67,7 @@ def migrate(warehouse: Warehouse) -> list[str]:
             applied.append(script.name)
         drops, creates = view_statements()
         digest = hashlib.sha256("\n".join(creates).encode()).hexdigest()
-        current = _rows(tx, f"SELECT sha256 FROM schema_state WHERE name = {tx.p}", ["views"])
+        current = tx.rows(f"SELECT sha256 FROM schema_state WHERE name = {tx.p}", ["views"])
         if applied or not current or current[0][0] != digest:
             for statement in drops + creates:
                 tx.execute(statement)
@@ -76,11 +76,3 @@ def migrate(warehouse: Warehouse) -> list[str]:
             applied.append("views")
     return applied
 
-
-def _rows(tx: Transaction, sql: str, params: list[str] | None = None) -> list[tuple[object, ...]]:
-    cur = tx.con.cursor()
-    try:
-        cur.execute(sql, params or [])
-        return list(cur.fetchall())
-    finally:
-        cur.close()
