@@ -56,10 +56,10 @@ def old_loop(server: LoopbackSSHD, known_hosts: Path, log: str, cap_s: float = 1
     raise TimeoutError("old loop never saw the marker")
 
 
-def trigger_wait(conn_id: str, workdir: str, rundir: str) -> float:
+def trigger_wait(conn_id: str, rundir: str) -> float:
     from benchflow.triggers import DoneMarkerTrigger
 
-    trigger = DoneMarkerTrigger(conn_id, workdir, rundir, "ALL_DONE", timeout_s=300, check_interval=5)
+    trigger = DoneMarkerTrigger(conn_id, rundir, "ALL_DONE", timeout_s=300, check_interval=5)
 
     async def first_event() -> dict:
         async for event in trigger.run():
@@ -120,7 +120,7 @@ def main() -> int:
 
             old = threading.Thread(target=run_old)
             old.start()
-            noticed["ours"] = trigger_wait("bench_ours", str(ours.workdir), rundir)
+            noticed["ours"] = trigger_wait("bench_ours", rundir)
             old.join()
             written = float(Path(rundir, "marker_at").read_text())
             for method in ("old", "ours"):

@@ -22,7 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 
+from benchflow import kinds  # noqa: E402
 from benchflow.warehouse import RunRecord, Warehouse  # noqa: E402
+
+KERNEL = kinds.get("kernel")
 
 
 def rows(n: int) -> list[dict]:
@@ -50,8 +53,8 @@ def rowwise_insert(warehouse: Warehouse, run: RunRecord, data: list[dict]) -> No
     values = [[run.dag_id, run.run_id, r["m"], r["ms_per_call"], r["tok_per_s"], r["us_per_token"], r["note"]]
               for r in data]  # fmt: skip
     with warehouse.transaction() as tx:
-        tx.execute("DELETE FROM kernel_results WHERE dag_id = ? AND run_id = ?", [run.dag_id, run.run_id])
-        tx.executemany("INSERT INTO kernel_results VALUES (?, ?, ?, ?, ?, ?, ?)", values)
+        tx.delete_run("kernel_results", run.dag_id, run.run_id)
+        tx.executemany(f"INSERT INTO kernel_results VALUES ({', '.join([tx.p] * 7)})", values)
 
 
 def main() -> int:
@@ -62,27 +65,28 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="median of this many loads per cell")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    duck = Warehouse(Path(tempfile.mkdtemp(prefix="load-bench-")) / "wh.duckdb")
+    duck = Warehouse.at(Path(tempfile.mkdtemp(prefix="load-bench-")) / "wh.duckdb")
     schema = f"load_bench_{uuid.uuid4().hex[:8]}"
-    pg = Warehouse(postgres=args.pg, search_path=schema)
+    pg = Warehouse.postgres(args.pg, search_path=schema)
+    duck.migrate()
+    pg.migrate()
     results = []
     try:
         for n in sizes:
             data = rows(n)
             run = record(n)
             line = {"rows": n}
-            line["duckdb"] = n / timed(lambda: duck.load(run, "kernel_sweep", data), args.repeat)  # noqa: B023
-            line["pg_copy"] = n / timed(lambda: pg.load(run, "kernel_sweep", data), args.repeat)  # noqa: B023
+            line["duckdb"] = n / timed(lambda: duck.load(run, KERNEL, data), args.repeat)  # noqa: B023
+            line["pg_copy"] = n / timed(lambda: pg.load(run, KERNEL, data), args.repeat)  # noqa: B023
             if n <= args.insert_max:
                 line["pg_insert"] = n / timed(lambda: rowwise_insert(pg, run, data), args.repeat)  # noqa: B023
-            count = pg.query("SELECT count(*) AS n FROM kernel_results WHERE run_id = ?", [run.run_id])
+            count = pg.query(f"SELECT count(*) AS n FROM kernel_results WHERE run_id = {pg.p}", [run.run_id])
             assert int(count["n"][0]) == n  # a reload replaced, never duplicated
             results.append(line)
             print(f"done {n} rows", flush=True)
     finally:
-        with pg.session() as session:
-            session.execute(f'DROP SCHEMA "{schema}" CASCADE')
-            session.commit()
+        with pg.transaction() as tx:
+            tx.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
     print(f"\n{'rows':>9} {'DuckDB rows/s':>15} {'PG COPY rows/s':>15} {'PG INSERT rows/s':>17} {'COPY/INSERT':>12}")
     for line in results:

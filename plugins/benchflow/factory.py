@@ -184,9 +184,7 @@ def _results(spec: CampaignSpec, fetch: BaseOperator, preflight: BaseOperator, d
 
         run_args = overlay(dict(bench.args), context["params"])
         outcome = pipeline.validate(pipeline.Parsed.from_xcom(parsed), kind, kind.suite_params(bench, run_args))
-        print(f"GX suite {outcome.suite!r}: {outcome.evaluated} expectations, {len(outcome.failures)} failed")
-        for failure in outcome.failures:
-            print(f"  - {failure}")
+        print(outcome.summary())
         return asdict(outcome)
 
     @task(outlets=[RESULTS_ASSET])

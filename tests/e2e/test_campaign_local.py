@@ -88,12 +88,12 @@ def services_log(var_dir: Path) -> list[str]:
 
 
 def kernel_rows(run_id):
-    return Warehouse().query("SELECT m, ms_per_call, tok_per_s, us_per_token FROM kernel_results WHERE run_id = ? "
-                             "ORDER BY m", [run_id])  # fmt: skip
+    sql = "SELECT m, ms_per_call, tok_per_s, us_per_token FROM kernel_results WHERE run_id = ? ORDER BY m"
+    return Warehouse.from_airflow().query(sql, [run_id])
 
 
 def run_row(run_id):
-    return Warehouse().query("SELECT * FROM runs WHERE run_id = ?", [run_id]).to_dict("records")[0]
+    return Warehouse.from_airflow().query("SELECT * FROM runs WHERE run_id = ?", [run_id]).to_dict("records")[0]
 
 
 def test_healthy_campaign_loads_validated_rows_matching_the_jsonl(campaigns, var_dir):
@@ -119,20 +119,22 @@ def test_healthy_campaign_loads_validated_rows_matching_the_jsonl(campaigns, var
     assert (record["gpu_model"], record["gpu_count"], record["cuda"]) == ("none", 0, "none")
     assert record["run_type"] == "manual" and len(record["git_sha"]) == 40 and record["regressions"] == 0
     assert json.loads(record["versions"])["torch"].startswith("2.")
-    validation = Warehouse().query("SELECT suite, success, failed, rows_checked FROM validations WHERE run_id = ?",
-                                   [run_id]).to_dict("records")  # fmt: skip
-    assert validation == [{"suite": "kernel_sweep", "success": True, "failed": 0, "rows_checked": 4}]
+    sql = "SELECT suite, success, failed, rows_checked FROM validations WHERE run_id = ?"
+    validation = Warehouse.from_airflow().query(sql, [run_id]).to_dict("records")
+    assert validation == [{"suite": "kernel", "success": True, "failed": 0, "rows_checked": 4}]
 
     # The load announced the run on the bench_results asset, for the report DAG; the report draws it.
     from airflow.models.asset import AssetEvent
     from airflow.utils.session import create_session
 
-    from benchflow import report
+    from benchflow.analysis import report
+    from benchflow.pipeline import artifact_store
 
     with create_session() as session:
         extras = [e.extra for e in session.query(AssetEvent).filter(AssetEvent.source_run_id == run_id)]
     assert extras == [{"dag_id": "bench_e2e_moe", "run_id": run_id, "campaign": "e2e_moe"}]
-    plots = report.render(Warehouse(), "bench_e2e_moe", run_id, var_dir / "plots")
+    out = artifact_store("bench_e2e_moe", run_id) / "report"
+    plots = report.render(Warehouse.from_airflow(read_only=True), "bench_e2e_moe", run_id, out)
     assert {p.name for p in plots} == {"us_per_token_vs_m.png", "nightly_trend.png"}
 
     # Rerun the load task of the same run, as `airflow tasks test` does after a clear: no new rows.
@@ -142,7 +144,7 @@ def test_healthy_campaign_loads_validated_rows_matching_the_jsonl(campaigns, var
     assert result.returncode == 0, result.stderr[-3000:]
     assert "loaded 4 rows" in result.stdout + result.stderr
     assert len(kernel_rows(run_id)) == 4
-    runs = Warehouse().query("SELECT count(*) AS n FROM runs WHERE run_id = ?", [run_id])
+    runs = Warehouse.from_airflow().query("SELECT count(*) AS n FROM runs WHERE run_id = ?", [run_id])
     assert int(runs["n"][0]) == 1
 
 
@@ -179,15 +181,16 @@ def test_hang_is_killed_at_timeout_with_its_whole_process_group(campaigns, var_d
 def test_invalid_rows_are_quarantined_and_fail_the_run(campaigns, var_dir, capfd):
     run_id, state, tasks = run(campaigns, "e2e_invalid")
     log = "".join(capfd.readouterr())
-    assert state == "failed" and tasks["validate"] == "failed" and tasks["load"] == "upstream_failed"
+    assert state == "failed" and tasks["validate"] == "success" and tasks["load"] == "failed"
+    assert tasks["detect_regressions"] == "upstream_failed" and tasks["verdict"] == "failed"
     assert "expectations failed" in log and "tok_per_s_rel_err" in log
     assert len(kernel_rows(run_id)) == 0
-    quarantined = Warehouse().query("SELECT row_number, reason FROM quarantine WHERE run_id = ? ORDER BY row_number",
-                                    [run_id])  # fmt: skip
+    sql = "SELECT row_number, reason FROM quarantine WHERE run_id = ? ORDER BY row_number"
+    quarantined = Warehouse.from_airflow().query(sql, [run_id])
     assert quarantined["row_number"].tolist() == [0, 1, 2]
     assert "tok_per_s_rel_err" in quarantined["reason"][1]
     assert run_row(run_id)["status"] == "invalid"
-    failed = Warehouse().query("SELECT success, failures FROM validations WHERE run_id = ?", [run_id])
+    failed = Warehouse.from_airflow().query("SELECT success, failures FROM validations WHERE run_id = ?", [run_id])
     assert not failed["success"][0] and "tok_per_s_rel_err" in failed["failures"][0]
     assert services_log(var_dir) == ["stopped", "started"]
 
@@ -195,8 +198,8 @@ def test_invalid_rows_are_quarantined_and_fail_the_run(campaigns, var_dir, capfd
 def test_generic_parser_campaign_loads_its_named_metrics(campaigns, var_dir):
     run_id, state, tasks = run(campaigns, "e2e_generic")
     assert state == "success", tasks
-    rows = Warehouse().query("SELECT seq, metric, value, unit FROM generic_results WHERE run_id = ? ORDER BY seq",
-                             [run_id])  # fmt: skip
+    sql = "SELECT seq, metric, value, unit FROM generic_results WHERE run_id = ? ORDER BY seq"
+    rows = Warehouse.from_airflow().query(sql, [run_id])
     assert rows.to_dict("records") == [
         {"seq": i, "metric": "ms_per_call", "value": 0.5 * (i + 1), "unit": "ms"} for i in range(4)
     ]

@@ -58,7 +58,7 @@ run = run_dag
 
 
 def serving_rows(run_id):
-    return Warehouse().query(
+    return Warehouse.from_airflow().query(
         "SELECT config, concurrency, num_prompts, completed, failed, input_len, output_len, output_throughput, "
         "mean_ttft_ms, mean_e2e_ms FROM serving_results WHERE run_id = ? ORDER BY config, concurrency", [run_id]
     )
@@ -85,9 +85,9 @@ def test_two_config_comparison_loads_one_validated_row_per_config_and_concurrenc
     assert (rows["completed"] == rows["num_prompts"]).all() and (rows["failed"] == 0).all()
     assert (rows["input_len"] == 16).all() and (rows["output_len"] == 8).all()
     assert (rows["output_throughput"] > 0).all() and (rows["mean_ttft_ms"] <= rows["mean_e2e_ms"]).all()
-    status = Warehouse().query("SELECT status FROM runs WHERE run_id = ?", [run_id])["status"].tolist()
+    status = Warehouse.from_airflow().query("SELECT status FROM runs WHERE run_id = ?", [run_id])["status"].tolist()
     assert status == ["ok"]
-    requests = Warehouse().query(
+    requests = Warehouse.from_airflow().query(
         "SELECT config, concurrency, count(*) AS n, sum(CASE WHEN ok THEN 1 ELSE 0 END) AS ok, "
         "max(CASE WHEN ttft_ms <= e2e_ms THEN 0 ELSE 1 END) AS bad FROM serving_requests WHERE run_id = ? "
         "GROUP BY config, concurrency ORDER BY config, concurrency", [run_id]
@@ -108,7 +108,7 @@ def test_server_that_dies_fails_its_config_with_its_log_and_the_next_config_stil
     assert tasks["config_single.wait_done"] == "success"
     rows = serving_rows(run_id)
     assert list(zip(rows["config"], rows["concurrency"], strict=True)) == [("single", 1), ("single", 2)]
-    assert Warehouse().query("SELECT status FROM runs WHERE run_id = ?", [run_id])["status"].tolist() == [
+    assert Warehouse.from_airflow().query("SELECT status FROM runs WHERE run_id = ?", [run_id])["status"].tolist() == [
         "incomplete"
     ]
     services = var_dir / "hosts" / "local" / "services.log"

@@ -83,11 +83,12 @@ def when_rows(sshd, name: str, rows: int, action, timeout: float = 120):
 
 
 def rows_of(run_id):
-    return Warehouse().query("SELECT m FROM kernel_results WHERE run_id = ? ORDER BY m", [run_id])["m"].tolist()
+    sql = "SELECT m FROM kernel_results WHERE run_id = ? ORDER BY m"
+    return Warehouse.from_airflow().query(sql, [run_id])["m"].tolist()
 
 
 def status_of(run_id):
-    return Warehouse().query("SELECT status FROM runs WHERE run_id = ?", [run_id])["status"].tolist()
+    return Warehouse.from_airflow().query("SELECT status FROM runs WHERE run_id = ?", [run_id])["status"].tolist()
 
 
 def services_log(sshd) -> list[str]:

@@ -69,7 +69,7 @@ SERVERS = {"launch_servers", "servers_ready", "stop_servers"}
 def test_task_graph_has_every_stage(parsed):
     for spec in load_all()[0]:  # the report DAG is checked above
         tasks = set(parsed["dags"][spec.dag_id])
-        if spec.kind == "kernel":
+        if not spec.configs:
             assert tasks == COMMON | BENCHMARK
         else:
             groups = {f"config_{c.name}.{t}" for c in spec.configs for t in BENCHMARK | SERVERS}
@@ -81,10 +81,14 @@ def test_serving_specs_place_servers_on_their_gpus_and_numa_nodes():
 
     spec = next(s for s in load_all()[0] if s.name == "serving_pd")
     dag = build_dag(spec)
-    servers = {s["name"]: s for s in dag.task_dict["config_pd.launch_servers"].servers}
-    assert (servers["prefill"]["visible_devices"], servers["prefill"]["numa_node"]) == ("0,1,2,3", 0)
-    assert (servers["decode"]["visible_devices"], servers["decode"]["numa_node"]) == ("4,5,6,7", 1)
-    assert servers["router"]["port"] == 8000
+    launch_servers = dag.task_dict["config_pd.launch_servers"]
+    members = {s.name: (s, router) for s, router in launch_servers.members()}
+    prefill, decode = members["prefill"][0], members["decode"][0]
+    assert (prefill.env(), prefill.numa_node) == ({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, 0)
+    assert (decode.env(), decode.numa_node) == ({"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, 1)
+    assert members["router"][0].port == 8000 and members["router"][1] is True
+    assert prefill.render("/opt/py", "--x 1").startswith("numactl --cpunodebind=0 --membind=0 /opt/py -m sglang")
+    assert prefill.render("/opt/py", "--x 1").endswith(" --x 1")
     launch = dag.task_dict["config_pd.launch_benchmark"]
     assert launch.args["base_url"] == "http://127.0.0.1:8000" and launch.args["label"] == "pd"
     assert launch.args["concurrency"] == [1, 8, 16] and launch.args["prompts"] == [6, 24, 32]
@@ -107,7 +111,10 @@ def test_dag_settings():
     assert dag.task_dict["fetch_artifacts"].trigger_rule == "all_done"
     assert dag.task_dict["acquire_host"].is_setup and dag.task_dict["release_host"].is_teardown
     assert dag.task_dict["acquire_host"].mode == "reschedule"  # a queued campaign holds no worker slot
-    assert dag.dagrun_timeout.total_seconds() > spec.timeouts.host_wait + spec.timeouts.benchmark
+    t = spec.timeouts
+    lease = t.preflight + 2 * t.services + t.deploy + (2 * t.launch + t.benchmark) + t.fetch + 600
+    assert dag.task_dict["acquire_host"].lease_ttl_s == lease
+    assert dag.dagrun_timeout.total_seconds() == t.host_wait + lease
 
 
 def test_every_task_on_the_host_runs_in_the_hosts_pool():

@@ -51,7 +51,7 @@ def test_campaigns_on_one_host_queue_while_another_host_runs_alongside(stack):
         assert pools["launch_benchmark"] == pools["acquire_host"] == f"bench_host_{host}"
         assert pools["parse"] == "default_pool"
 
-    warehouse = Warehouse(stack.var / "warehouse.duckdb")
+    warehouse = Warehouse.at(stack.var / "warehouse.duckdb")
     loaded = warehouse.query("SELECT dag_id, run_id, status, rows_loaded FROM runs ORDER BY dag_id")
     assert [tuple(r) for r in loaded.itertuples(index=False)] == [
         (dag_id, run_id, "ok", 6 if dag_id == "bench_stack_a1" else 4) for dag_id, run_id in sorted(runs)

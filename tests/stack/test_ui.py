@@ -77,7 +77,7 @@ def test_trigger_a_new_config_from_the_form_and_watch_it_finish(stack, page):
     page.screenshot(path=SHOTS / "run_finished.png")
 
     assert stack.run_state(DAG, run_id) == "success"
-    loaded = Warehouse(stack.var / "warehouse.duckdb").query(
+    loaded = Warehouse.at(stack.var / "warehouse.duckdb").query(
         "SELECT status, rows_loaded, conf FROM runs WHERE dag_id = ? AND run_id = ?", [DAG, run_id]
     )
     assert (loaded["status"].iloc[0], loaded["rows_loaded"].iloc[0]) == ("ok", 7)

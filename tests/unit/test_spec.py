@@ -180,7 +180,7 @@ def test_duplicate_keys_are_refused_with_their_line(tmp_path):
 
 def test_keys_yaml_reads_as_booleans_are_refused_on_their_line(tmp_path):
     switch = GOOD.replace("    m_list: [1, 2]\n", "    m_list: [1, 2]\n    on: 1\n")
-    with pytest.raises(SpecError, match=r"camp.yaml:9: benchmark.args.on: key 'on' is read by YAML as a bool; quote it"):
+    with pytest.raises(SpecError, match=r"camp.yaml:9: benchmark.args.on: key 'on' is read by YAML as a bool; quote"):
         load_spec(write(tmp_path, switch))
 
 

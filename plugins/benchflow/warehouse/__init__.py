@@ -74,6 +74,12 @@ class Validation:
     rows_checked: int
     row_reasons: dict[int, list[str]] = field(default_factory=dict)
 
+    def summary(self) -> str:
+        if self.success:
+            return f"GX suite {self.suite!r}: all {self.evaluated} expectations passed on {self.rows_checked} rows"
+        lines = [f"GX suite {self.suite!r}: {len(self.failures)} of {self.evaluated} expectations failed:"]
+        return "\n".join(lines + [f"  - {item}" for item in self.failures])
+
 
 @dataclass
 class Finding:

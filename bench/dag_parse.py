@@ -1,0 +1,105 @@
+"""What parsing the campaign DAGs costs, against Airflow's own floor, side by side in one run.
+
+For N = 10, 100, 1000 generated specs (copies of ``include/campaigns/moe_kernel_local.yaml``), it times
+``DagBag`` on ``dags/campaigns.py`` and on a file that builds N DAGs of EmptyOperators with the same task
+count and the same dependencies, each in a fresh interpreter (imports excluded: both import Airflow first),
+median of ``--repeat`` runs, and prints both and their ratio.
+
+    .venv/bin/python bench/dag_parse.py [--sizes 10,100,1000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = ROOT / "include" / "campaigns" / "moe_kernel_local.yaml"
+
+PROBE = textwrap.dedent(
+    """
+    import json, sys, time
+    import airflow.sdk, airflow.providers.ssh.hooks.ssh  # imports are not what is measured
+    from airflow.dag_processing.dagbag import DagBag
+    import benchflow.factory, benchflow.spec
+    start = time.perf_counter()
+    bag = DagBag(dag_folder=sys.argv[1], include_examples=False)
+    elapsed = time.perf_counter() - start
+    tasks = sum(len(d.tasks) for d in bag.dags.values())
+    edges = {d: sorted((t.task_id, u) for t in bag.dags[d].tasks for u in t.downstream_task_ids) for d in bag.dags}
+    print(json.dumps({"s": elapsed, "dags": len(bag.dags), "tasks": tasks, "errors": len(bag.import_errors),
+                      "shape": edges[sorted(edges)[0]] if edges else []}))
+    """
+)
+
+FLOOR = textwrap.dedent(
+    """
+    import json
+    from datetime import datetime
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    SHAPE = json.loads({shape!r})
+    for n in range({n}):
+        with DAG(f"floor_{{n}}", schedule="@daily", start_date=datetime(2026, 1, 1), catchup=False) as dag:
+            ops = {{t: EmptyOperator(task_id=t) for edge in SHAPE for t in edge}}
+            for up, down in SHAPE:
+                ops[up] >> ops[down]
+        globals()[dag.dag_id] = dag
+    """
+)
+
+
+def probe(folder: Path, env: dict[str, str]) -> dict:
+    result = subprocess.run([sys.executable, "-c", PROBE, str(folder)], capture_output=True, text=True, env=env,
+                            timeout=1800, check=True)  # fmt: skip
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def measure(folder: Path, env: dict[str, str], repeat: int) -> tuple[float, dict]:
+    runs = [probe(folder, env) for _ in range(repeat)]
+    return statistics.median(r["s"] for r in runs), runs[0]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10,100,1000")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="dag-parse-"))
+    base = {**os.environ, "AIRFLOW_HOME": str(work / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{work}/airflow.db"}  # fmt: skip
+    text = SPEC.read_text()
+    print(f"{'N':>5} {'campaigns (s)':>14} {'floor (s)':>10} {'ratio':>6} {'tasks':>7}")
+    try:
+        for n in (int(s) for s in args.sizes.split(",")):
+            specs = work / f"specs_{n}"
+            specs.mkdir()
+            for i in range(n):
+                (specs / f"camp_{i:04d}.yaml").write_text(text)
+            dags = work / f"dags_{n}"
+            dags.mkdir()
+            shutil.copy(ROOT / "dags" / "campaigns.py", dags / "campaigns.py")
+            ours_s, ours = measure(dags, {**base, "BENCH_CAMPAIGNS_DIR": str(specs)}, args.repeat)
+            assert ours["dags"] == n and ours["errors"] == 0, ours
+            floor_dir = work / f"floor_{n}"
+            floor_dir.mkdir()
+            (floor_dir / "floor.py").write_text(FLOOR.format(n=n, shape=json.dumps(ours["shape"])))
+            floor_s, floor = measure(floor_dir, base, args.repeat)
+            assert floor["dags"] == n and floor["tasks"] == ours["tasks"], (floor, ours["tasks"])
+            print(f"{n:>5} {ours_s:>14.3f} {floor_s:>10.3f} {ours_s / floor_s:>5.2f}x {ours['tasks']:>7}", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
