@@ -70,10 +70,6 @@ def build_dag(spec: CampaignSpec) -> DAG:
         doc_md=f"**{spec.name}** ({spec.kind} campaign on host `{spec.host}`)\n\n{spec.description}\n\n"
         f"Spec: `include/campaigns/{spec.name}.yaml` (sha256 `{spec.spec_hash()[:12]}`)\n\n{__doc__}",
         default_args={"retries": spec.retries, "retry_delay": timedelta(seconds=30)},
-        params={
-            name: Param(default, **schema)
-            for name, (default, schema) in param_schemas(dict(spec.benchmark.args), bool(spec.configs)).items()
-        },
     ) as dag:
         on_host: dict[str, Any] = {"host_id": spec.host, "pool": spec.pool}
         preflight = PreflightOperator(
@@ -102,6 +98,11 @@ def build_dag(spec: CampaignSpec) -> DAG:
         [restore, fetch] >> release
         release.as_teardown(setups=acquire, on_failure_fail_dagrun=True)
         _results(spec, fetch, preflight, deploy)
+    # The trigger form's Params go on the DAG once its tasks exist: every operator created inside a DAG
+    # deep-copies the DAG's Params (several times, once per __init__ in its class chain), and a run merges
+    # the DAG's Params into every task's context anyway.
+    for name, (default, schema) in param_schemas(dict(spec.benchmark.args), bool(spec.configs)).items():
+        dag.params[name] = Param(default, **schema)
     return dag
 
 
