@@ -37,21 +37,37 @@ def configure_airflow() -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from benchflow.spec import SpecError, load_spec
+    """Every check the DAG build makes (schema, trigger-form defaults, reserved and duplicate names, encoding,
+    the build itself), never with a traceback."""
+    from benchflow.spec import CampaignSpec, FieldError, SpecError, load_all, load_spec
 
-    paths = [Path(p) for p in args.specs] or sorted(campaigns_dir().glob("*.yaml"))
-    failed = 0
-    for path in paths:
+    configure_airflow()
+    from benchflow.factory import build_dag
+
+    specs: list[CampaignSpec] = []
+    errors: list[SpecError] = []
+    if args.specs:
+        for path in map(Path, args.specs):
+            try:
+                specs.append(load_spec(path))
+            except SpecError as exc:
+                errors.append(exc)
+            except Exception as exc:  # noqa: BLE001 - reported, never a traceback
+                errors.append(SpecError(path, [FieldError("", f"could not be checked: {exc!r}", None)]))
+    else:
+        specs, errors = load_all()
+    for spec in specs:
         try:
-            spec = load_spec(path)
-        except SpecError as exc:
-            failed += 1
-            print("\n".join(exc.lines()), file=sys.stderr)
+            build_dag(spec)
+        except Exception as exc:  # noqa: BLE001 - reported, never a traceback
+            errors.append(SpecError(Path(f"{spec.name}.yaml"), [FieldError("", f"DAG not buildable: {exc}", None)]))
             continue
-        print(f"{path}: ok ({spec.dag_id}, host {spec.host}, payload {spec.payload})")
-    if failed:
-        print(f"{failed} of {len(paths)} specs invalid", file=sys.stderr)
-    return 1 if failed else 0
+        print(f"{spec.name}: ok ({spec.dag_id}, kind {spec.kind}, host {spec.host}, payload {spec.payload})")
+    for error in errors:
+        print("\n".join(error.lines()), file=sys.stderr)
+    if errors:
+        print(f"{len(errors)} of {len(specs) + len(errors)} specs invalid", file=sys.stderr)
+    return 1 if errors else 0
 
 
 def cmd_parse(args: argparse.Namespace) -> int:

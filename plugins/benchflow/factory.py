@@ -45,7 +45,7 @@ from benchflow.operators import (
 from benchflow.params import param_schemas
 
 if TYPE_CHECKING:
-    from benchflow.spec import CampaignSpec, ServingConfig
+    from benchflow.spec import CampaignSpec, ServingConfig, SpecError
 
 START_DATE = datetime(2026, 1, 1)
 RESULTS_ASSET = Asset("bench_results")
@@ -53,6 +53,29 @@ RESULTS_ASSET = Asset("bench_results")
 
 def _seconds(value: float) -> timedelta:
     return timedelta(seconds=value)
+
+
+def build_all(build: bool = True) -> tuple[list[DAG], list[SpecError]]:
+    """Every spec of the campaigns folder, each on its own: the DAGs of the good ones (when ``build``) and
+    the errors of the others. Two specs may not share a DAG id (``x.yaml`` and ``x.yml``, say)."""
+    from benchflow.spec import FieldError, SpecError, load_all
+
+    specs, errors = load_all()
+    dags: list[DAG] = []
+    for spec in specs:
+        if not build:
+            continue
+        try:
+            dags.append(build_dag(spec))
+        except Exception as exc:  # noqa: BLE001 - one spec's failure must not take the others down
+            errors.append(SpecError(spec_path(spec), [FieldError("", f"the DAG could not be built: {exc}", None)]))
+    return dags, errors
+
+
+def spec_path(spec: CampaignSpec) -> Any:
+    from benchflow.paths import campaigns_dir
+
+    return campaigns_dir() / f"{spec.name}.yaml"
 
 
 def build_dag(spec: CampaignSpec) -> DAG:

@@ -18,7 +18,7 @@ KNOWN: dict[str, dict[str, Any]] = {
                 "description": "prompts per phase (one per concurrency level)"},
     "input_len": {"type": "integer", "minimum": 1, "maximum": 1048576, "description": "input tokens per prompt"},
     "output_len": {"type": "integer", "minimum": 1, "maximum": 1048576, "description": "output tokens per prompt"},
-    "dtype": {"type": "string", "enum": ["bf16", "fp16", "fp32"]},
+    "dtype": {"type": "string", "enum": ["bf16", "fp16", "fp32", "fp8"], "description": "weights dtype"},
     "impl": {"type": "string", "enum": ["auto", "triton", "torch"], "description": "kernel implementation"},
     "client": {"type": "string", "enum": ["local", "sglang", "vllm"], "description": "benchmark client"},
 }  # fmt: skip
@@ -63,6 +63,19 @@ def overlay(args: dict[str, Any], params: dict[str, Any] | Any) -> dict[str, Any
             raise ValueError(f"param {name!r}: {exc.message}") from None
         merged[name] = value
     return merged
+
+
+def check_defaults(args: dict[str, Any]) -> None:
+    """Each spec argument against the schema its trigger-form field will have; ValueError names the first
+    that does not fit (Airflow would refuse to build the DAG)."""
+    import jsonschema
+
+    for name, value in args.items():
+        try:
+            jsonschema.validate(value, schema_for(name, value))
+        except jsonschema.ValidationError as exc:
+            raise ValueError(f"{name}: default {value!r} does not fit its trigger form: "
+                             f"{exc.message}") from None  # fmt: skip
 
 
 def server_args(params: dict[str, Any] | Any) -> str:

@@ -164,6 +164,15 @@ class Benchmark(_Model):
         default=True, description="wait in the triggerer (no worker slot); false: poke from a worker slot"
     )
 
+    @field_validator("args")
+    @classmethod
+    def _defaults_fit_the_trigger_form(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """Each argument's default must pass its own trigger-form schema, or the DAG could not be built."""
+        from benchflow.params import check_defaults
+
+        check_defaults(value)
+        return value
+
     @model_validator(mode="before")
     @classmethod
     def _renamed(cls, data: Any) -> Any:
@@ -221,6 +230,10 @@ class Regressions(RegressionLimits):
         return self.by_gpu.get(model, self)
 
 
+# campaign names whose DAG id another DAG of this project already has
+RESERVED_NAMES = {"report": "the report DAG (dags/reports.py)"}
+
+
 class CampaignSpec(_Model):
     name: Ident
     description: Line = ""
@@ -244,6 +257,13 @@ class CampaignSpec(_Model):
 
         if value not in kinds.names():
             raise ValueError(f"no result kind {value!r} (known: {', '.join(kinds.names())})")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value in RESERVED_NAMES:
+            raise ValueError(f"{value!r} is reserved: its DAG id bench_{value} belongs to {RESERVED_NAMES[value]}")
         return value
 
     @model_validator(mode="after")
@@ -404,16 +424,33 @@ def _key_problems(node: Any, where: str = "") -> Iterable[FieldError]:
             yield from _key_problems(item, f"{where}.{index}")
 
 
+class RejectedSpecs(ValueError):
+    """Raised by ``dags/campaign_errors.py`` so that the Airflow UI lists the specs no DAG was built for."""
+
+    def __init__(self, errors: list[SpecError]):
+        self.errors = errors
+        super().__init__(f"{len(errors)} campaign spec(s) rejected, no DAG built for them:\n"
+                         + "\n".join(str(e) for e in errors))  # fmt: skip
+
+
 def load_all(directory: Path | None = None) -> tuple[list[CampaignSpec], list[SpecError]]:
     """Every spec in a folder: the valid ones and the errors of the others."""
     directory = directory or campaigns_dir()
     specs: list[CampaignSpec] = []
     errors: list[SpecError] = []
-    for path in sorted(Path(directory).glob("*.yaml")):
+    seen: dict[str, Path] = {}
+    for path in sorted([*Path(directory).glob("*.yaml"), *Path(directory).glob("*.yml")]):
+        if path.stem in seen:
+            errors.append(SpecError(path, [FieldError("name", f"campaign {path.stem!r} is also defined in "
+                                                              f"{seen[path.stem].name}: rename one", None)]))  # fmt: skip
+            continue
+        seen[path.stem] = path
         try:
             specs.append(load_spec(path))
         except SpecError as exc:
             errors.append(exc)
+        except Exception as exc:  # noqa: BLE001 - a bug in one spec's checks must not hide the others
+            errors.append(SpecError(path, [FieldError("", f"could not be checked: {exc!r}", None)]))
     return specs, errors
 
 

@@ -28,7 +28,7 @@ def test_every_subcommand_has_help(command):
 def test_validate_all_shipped_specs():
     result = bench("validate")
     assert result.returncode == 0, result.stderr
-    assert "moe_kernel_local.yaml: ok (bench_moe_kernel_local" in result.stdout
+    assert "moe_kernel_local: ok (bench_moe_kernel_local, kind kernel" in result.stdout
 
 
 def test_validate_reports_file_line_field(tmp_path):
@@ -37,6 +37,20 @@ def test_validate_reports_file_line_field(tmp_path):
     result = bench("validate", str(bad))
     assert result.returncode == 1
     assert f"{bad}:5: timeouts.benchmark: Input should be greater than 0" in result.stderr
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), [
+    ("fp8.yaml", "payload: moe\nschedule: '@daily'\nbenchmark:\n  script: x.py\n  args: {dtype: int3}\n",
+     ":5: benchmark.args: Value error, dtype: default 'int3' does not fit its trigger form"),
+    ("latin1.yaml", b"description: caf\xe9\npayload: moe\n", ":1: <top>: not UTF-8 text (byte 16)"),
+    ("report.yaml", "payload: moe\nbenchmark:\n  script: x.py\n", "name: Value error, 'report' is reserved"),
+])  # fmt: skip
+def test_validate_catches_what_would_break_the_dag_build(tmp_path, name, text, expected):
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    result = bench("validate", str(path))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert expected in result.stderr, result.stderr
 
 
 def test_parse_prints_json_lines_and_detects_format():
