@@ -7,14 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from benchflow.kinds import ColumnType, ResultKind, SideTable
 from benchflow.kinds.serving import log, sglang_jsonl, vllm_json
-from benchflow.kinds.serving.common import COLUMNS, METRICS
+from benchflow.kinds.serving.common import COLUMNS, INTS, METRICS
 
 if TYPE_CHECKING:
     import pandas as pd
 
 RELATIVE_TOLERANCE = 0.02
-_INTS = {"concurrency", "num_prompts", "input_len", "output_len", "completed", "failed", "total_input_tokens",
-         "total_output_tokens", "peak_concurrent_requests"}  # fmt: skip
+_INTS = set(INTS)
 
 
 def derive(frame: pd.DataFrame) -> pd.DataFrame:
