@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from benchflow.parsers import ParseError, parse_text
+from benchflow.kinds import parse_text
 from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.unit
@@ -20,9 +20,11 @@ PHASES = (FIXTURES / "serving_sweep_progress_pd.txt").read_text().splitlines()
 
 def test_sglang_block_late_2025_labels():
     parsed = parse_text(SGLANG)
-    assert parsed.format == "serving_log" and parsed.complete and parsed.warnings == []
+    assert parsed.format == "log" and parsed.complete and parsed.warnings == [] and not parsed.dropped
     row = parsed.rows[0]
-    assert row["concurrency"] == 1 and row["completed"] == 10 and row["num_prompts"] == 10
+    assert row["concurrency"] == 1 and row["completed"] == 10
+    assert row["num_prompts"] is None and row["failed"] is None  # not printed: unknown, never inferred
+    assert row["request_rate"] == math.inf
     assert row["duration_s"] == 40.0 and row["total_input_tokens"] == 6101 and row["total_output_tokens"] == 4210
     assert row["request_throughput"] == 0.25 and row["output_throughput"] == 105.24
     assert row["total_throughput"] == 257.76 and row["peak_output_throughput"] == 110.0
@@ -60,15 +62,17 @@ def test_sweep_with_phase_headers_prefixes_and_tqdm_bars():
     assert [(r["config"], r["concurrency"], r["num_prompts"]) for r in parsed.rows] == [
         ("PD", 1, 6), ("PD", 8, 24), ("PD", 16, 32)
     ]  # fmt: skip
-    assert parsed.rows[1]["completed"] == 10 and parsed.rows[1]["failed"] == 14
+    assert parsed.rows[1]["completed"] == 10 and parsed.rows[1]["failed"] is None  # SGLang prints no failed line
 
 
 def test_truncated_sweep_keeps_completed_phases():
     text = sweep(SGLANG, SGLANG, done=False)
     text += PHASES[2] + "\n" + "\n".join(VLLM.splitlines()[:6]) + "\n"  # third phase cut mid-block
     parsed = parse_text(text)
-    assert not parsed.complete and len(parsed.rows) == 2
-    assert "cut off before its closing rule" in parsed.warnings[-1]
+    assert not parsed.complete and len(parsed.rows) == 3 and not parsed.dropped
+    cut = parsed.rows[2]  # the block cut short keeps what it has; the rest is unknown
+    assert cut["concurrency"] == 16 and cut["completed"] == 10 and cut["mean_ttft_ms"] is None
+    assert "cut off at the end of the output" in parsed.problems[-1].message
 
 
 def value(label: str, new: str) -> tuple[str, str]:
@@ -88,12 +92,13 @@ def test_special_values():
     assert row["median_tpot_ms"] == 0.0 and math.copysign(1, row["median_tpot_ms"]) == 1
 
 
-def test_garbage_inside_a_block_names_the_line():
-    text = SGLANG.replace(*value("Mean TTFT (ms)", "fast"))
-    with pytest.raises(ParseError, match=r"line 23: value of 'Mean TTFT \(ms\)' is not a number"):
-        parse_text(text)
-    with pytest.raises(ParseError, match=r"line 6: not a 'label: value' line"):
-        parse_text(SGLANG.replace("Benchmark duration (s):                  40.00", "garbage"))
+def test_garbage_inside_a_block_is_a_problem_that_names_the_line():
+    parsed = parse_text(SGLANG.replace(*value("Mean TTFT (ms)", "fast")))
+    assert len(parsed.rows) == 1 and parsed.rows[0]["mean_ttft_ms"] is None and parsed.rows[0]["p99_itl_ms"] == 9.63
+    assert parsed.dropped and str(parsed.problems[0]).startswith("line 23: value of 'Mean TTFT (ms)' is not a number")
+    parsed = parse_text(SGLANG.replace("Benchmark duration (s):                  40.00", "garbage"))
+    assert len(parsed.rows) == 1 and not parsed.dropped  # an odd line suspends the block; what follows is kept
+    assert parsed.rows[0]["total_input_tokens"] == 6101 and parsed.rows[0]["duration_s"] is None
 
 
 def test_sglang_jsonl_with_infinity_and_old_key_names():
@@ -108,7 +113,7 @@ def test_sglang_jsonl_with_infinity_and_old_key_names():
     assert parsed.format == "sglang_jsonl" and len(parsed.rows) == 2
     first, second = parsed.rows
     assert first["concurrency"] == 8 and first["total_input_tokens"] == 6144 and first["mean_e2e_ms"] == 3000.0
-    assert second["total_output_tokens"] == 8192 and second["num_prompts"] == 32
+    assert second["total_output_tokens"] == 8192 and second["num_prompts"] is None  # not in the record
 
 
 def test_vllm_save_result_json():
@@ -127,7 +132,7 @@ def test_vllm_save_result_json():
 def test_truncated_jsonl_drops_the_cut_record_only():
     text = '{"output_throughput": 1.0, "completed": 1}\n{"output_throughput": 2'
     parsed = parse_text(text)
-    assert len(parsed.rows) == 1 and "cut off" in parsed.warnings[0]
+    assert len(parsed.rows) == 1 and "cut off" in parsed.warnings[0] and parsed.dropped
 
 
 def test_failed_phase_is_reported_and_the_sweep_is_incomplete():

@@ -168,8 +168,9 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
         else:
             rows.append(finish(block.row))
             phase_rows += 1
-            if how == "eof" and block.suspended_at is None:
-                notes.problem(block.line, f"result block cut off at the end of the output (line {at}); "
+            if how == "eof" and block.suspended_by != "blank":
+                cut = block.suspended_at if block.suspended_at is not None else at
+                notes.problem(cut, f"result block (line {block.line}) cut off at the end of the output; "
                               f"kept its {block.values} values, the rest are unknown")  # fmt: skip
             elif how != "rule" and block.suspended_by not in ("", "blank"):
                 first = block.odd[0] if block.odd else (block.suspended_at, block.suspended_by)
@@ -238,7 +239,9 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
                 continue
             elif (found := LINE_RE.match(body)) is not None:
                 if found["value"] is None:  # a sub-heading ("Per-position acceptance (%):") or a cut line
-                    if _normalise(found["label"]) not in _LABELS:
+                    if _LABELS.get(_normalise(found["label"])) or LATENCY_RE.match(_normalise(found["label"])):
+                        notes.problem(number_, f"{found['label']!r} has no value")
+                    else:
                         notes.warn(number_, f"label without a value inside a result block: {stripped[:120]!r}")
                     continue
                 _assign(block, found["label"], found["value"], number_, notes)
