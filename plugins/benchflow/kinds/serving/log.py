@@ -172,6 +172,10 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
                 cut = block.suspended_at if block.suspended_at is not None else at
                 notes.problem(cut, f"result block (line {block.line}) cut off at the end of the output; "
                               f"kept its {block.values} values, the rest are unknown")  # fmt: skip
+            elif how in ("phase", "header", "marker") and block.suspended_by != "blank":
+                ended = {"phase": "a sweep phase header", "header": "the next result header", "marker": "the marker"}
+                notes.problem(at, f"result block (line {block.line}) cut short by {ended[how]}; kept its "
+                              f"{block.values} values, the rest are unknown")  # fmt: skip
             elif how != "rule" and block.suspended_by not in ("", "blank"):
                 first = block.odd[0] if block.odd else (block.suspended_at, block.suspended_by)
                 notes.problem(first[0], f"result block (line {block.line}) ended by a line that is not "
@@ -203,12 +207,12 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
                 close("marker", number_)
                 complete = True
                 break
-            if (header := HEADER_RE.search(line)) or TITLE_RE.match(body):
+            if "Serving" in line and (HEADER_RE.search(line) or TITLE_RE.match(body)):
                 if block.values == 0 and block.suspended_at is None:
                     continue  # the second line of a hand-formatted header
                 close("header", number_)
                 # fall through: the new header is read below
-            elif PHASE_RE.search(line):
+            elif "concurrency=" in line and PHASE_RE.search(line):
                 close("phase", number_)
             elif CLOSE_RE.match(body):
                 if block.values == 0 and block.suspended_at is None:
@@ -254,14 +258,15 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
         if line.strip() == marker:
             complete = True
             break
-        if match := PHASE_RE.search(line):
+        serving = "Serving" in line
+        if "concurrency=" in line and (match := PHASE_RE.search(line)):
             if phase is not None and phase_rows == 0:
                 empty_phases.append(f"{phase[0]} concurrency={phase[1]}")
             phase, phase_rows = (match["config"], int(match["c"]), int(match["n"])), 0
             above.clear()
             half_header = None
             continue
-        if header := HEADER_RE.search(line):
+        if serving and (header := HEADER_RE.search(line)):
             open_block(number_, line[: header.start()])
             half_header = None
             continue
@@ -269,11 +274,11 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
             open_block(number_, "")
             half_header = None
             continue
-        if HALF_HEADER_RE.search(line):
+        if serving and HALF_HEADER_RE.search(line):
             half_header = number_
             continue
         body = PREFIX_RE.sub("", line, count=1)
-        if TITLE_RE.match(body):
+        if serving and TITLE_RE.match(body):
             open_block(number_, "")
             continue
         _above(body, above)
