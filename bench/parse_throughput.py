@@ -29,8 +29,9 @@ BLOCKS = [
 ]
 NOISE = [
     "INFO 07-02 09:38:25 [engine.py:310] Avg prompt throughput: 2051.3 tokens/s, Running: 8 reqs, Waiting: 0 reqs",
-    "INFO:     127.0.0.1:53412 - \"POST /v1/completions HTTP/1.1\" 200 OK",
-    "\r" + "\r".join(f" {p:2d}%|{'█' * (p // 10):<10}| {p}/100 [00:0{p % 10}<00:10,  9.5it/s]" for p in range(0, 101, 5)),
+    'INFO:     127.0.0.1:53412 - "POST /v1/completions HTTP/1.1" 200 OK',
+    "\r"
+    + "\r".join(f" {p:2d}%|{'█' * (p // 10):<10}| {p}/100 [00:0{p % 10}<00:10,  9.5it/s]" for p in range(0, 101, 5)),
     "WARNING 07-02 09:38:25 [scheduler.py:1120] Sequence group 17 is preempted by PreemptionMode.RECOMPUTE",
 ]
 

@@ -97,7 +97,9 @@ class Notes:
             self.problems_more += 1
         self.warn(line, message + (" (dropped)" if dropped else ""))
 
-    def run(self, fmt: str, rows: list[dict[str, Any]], complete: bool, meta: dict[str, str] | None = None) -> ParsedRun:
+    def run(
+        self, fmt: str, rows: list[dict[str, Any]], complete: bool, meta: dict[str, str] | None = None
+    ) -> ParsedRun:
         warnings = list(self.warnings)
         if self.more:
             warnings.append(f"… and {self.more} more warnings")

@@ -74,7 +74,7 @@ def test_non_finite_values_read_alike():
 
 
 def test_crash_output_ends_the_table_of_an_incomplete_run():
-    crash = "Traceback (most recent call last):\n  File \"bench.py\", line 3\nRuntimeError: CUDA error\n"
+    crash = 'Traceback (most recent call last):\n  File "bench.py", line 3\nRuntimeError: CUDA error\n'
     parsed = parse_text(TABLE + crash)
     assert not parsed.complete and [r["m"] for r in parsed.rows] == [1, 2]
     assert parsed.warnings[-1].startswith("line 4: table ends at 'Traceback")

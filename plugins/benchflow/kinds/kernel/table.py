@@ -16,7 +16,6 @@ are kept. ``NaN``, ``inf``, ``Infinity`` read alike.
 from __future__ import annotations
 
 import re
-
 from itertools import islice
 
 from benchflow.parsing import Format, Notes, ParsedRun, ParseError, lines, to_float
@@ -28,9 +27,7 @@ COLUMNS_RE = re.compile(r"^\s*M\s+ms/call\s+tok/s(?:\([^)]*\))?\s+us/token(?:\s+
 # 5.189   /   1.2e+03   /   nan   /   -inf   /   Infinity
 _NUM = r"(?:[-+0-9.eE]+|(?i:[-+]?(?:nan|inf(?:inity)?)))"
 # 90 5.189 17344 57.66 10 streams b8
-ROW_RE = re.compile(
-    rf"^\s*(?P<m>\d+)\s+(?P<ms>{_NUM})\s+(?P<tok>{_NUM})\s+(?P<us>{_NUM})(?:\s+(?P<note>\S.*?))?\s*$"
-)
+ROW_RE = re.compile(rf"^\s*(?P<m>\d+)\s+(?P<ms>{_NUM})\s+(?P<tok>{_NUM})\s+(?P<us>{_NUM})(?:\s+(?P<note>\S.*?))?\s*$")
 # GPU: NVIDIA RTX PRO 6000 ...   /   MoE: E=384 hidden=7168 ...
 HEADER_FACT_RE = re.compile(r"^(?P<key>[A-Za-z][\w ]{0,30}):\s*(?P<value>.*?)\s*$")
 # Interpreter and library chatter that may interleave with the table in a merged stdout/stderr log.

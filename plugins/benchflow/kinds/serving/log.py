@@ -53,7 +53,7 @@ CLOSE_RE = re.compile(r"^\s*(?:={3,}|-{10,})\s*$")
 SECTION_RE = re.compile(r"^\s*-{3,}\s*[^-\s].*?-{3,}\s*$")
 # ```   /   ```python   /   ~~~
 FENCE_RE = re.compile(r"^\s*(?:```|~~~)")
-# Mean TTFT (ms):                          153.00     /   Failed requests:   0   <<< note   /   Per-position acceptance (%):
+# Mean TTFT (ms):                 153.00   /   Failed requests:   0   <<< note   /   Per-position acceptance (%):
 LINE_RE = re.compile(r"^\s*(?P<label>[A-Za-z][^:]*?)\s*:(?:\s+(?P<value>\S.*?))?\s*$")
 # P99 Inter-token Latency (ms) / Median E2E Latency (ms) / Mean TPOT (ms)   (a label after normalising)
 LATENCY_RE = re.compile(r"^(?P<stat>mean|median|std|p\d+(?:\.\d+)?|max|min|avg|average) (?P<metric>.+?) \(ms\)$")

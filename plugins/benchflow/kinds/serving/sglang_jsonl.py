@@ -11,7 +11,9 @@ NAME = "sglang_jsonl"
 
 def detect(text: str) -> bool:
     sample = records.head(text)
-    return records.starts_object(sample) and '"output_throughput"' in sample and '"total_token_throughput"' not in sample
+    return (
+        records.starts_object(sample) and '"output_throughput"' in sample and '"total_token_throughput"' not in sample
+    )
 
 
 parse = records.parser(NAME, lambda obj: obj.get("tag") or obj.get("config"))
