@@ -141,3 +141,125 @@ def test_failed_phase_is_reported_and_the_sweep_is_incomplete():
     assert not parsed.complete
     assert "phases without a result: PD concurrency=8" in parsed.warnings[-1]
     assert [r["concurrency"] for r in parsed.rows] == [1, 16]
+
+
+# Shapes real tools and people print, built from the vLLM sample (a block closed by its rule).
+def rows_of(text: str) -> list[dict]:
+    parsed = parse_text(text)
+    assert parsed.format == "log" and not parsed.dropped, parsed.problem_lines()
+    return parsed.rows
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["", "# ", "service-1  | ", "[rank0]: ", "2026-11-29 02:00:01 INFO ", "(APIServer pid=4711) ",
+     "2025-01-01 10:00:00,123 - INFO - "],
+)  # fmt: skip
+def test_a_prefix_on_every_line_of_a_block(prefix: str):
+    text = "".join(prefix + line + "\n" for line in VLLM.splitlines())
+    row = rows_of(text)[0]
+    assert row["completed"] == 10 and row["mean_itl_ms"] == 7.74 and row["p99_itl_ms"] == 8.39
+
+
+def test_timestamps_that_change_from_line_to_line_and_crlf():
+    text = "".join(f"2026-11-29 02:00:{i % 60:02d} INFO {line}\r\n" for i, line in enumerate(VLLM.splitlines()))
+    assert rows_of(text)[0]["p99_itl_ms"] == 8.39
+
+
+HEADER = "============ Serving Benchmark Result ============"
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["=== Serving Benchmark Result ===", "--- Serving Benchmark Result ---",
+     "==========\nServing Benchmark Result\n==========", "============ Serving Benchmark\nResult ============",
+     "100%|██████████| 10/10 [00:05<00:00,  1.73it/s]" + HEADER,
+     "\r  0%|          | 0/10\r100%|██████████| 10/10 [00:05<00:00]\r" + HEADER],
+)  # fmt: skip
+def test_every_header_layout(header: str):
+    row = rows_of(VLLM.replace(HEADER, header))[0]
+    assert row["completed"] == 10 and row["p99_itl_ms"] == 8.39
+
+
+@pytest.mark.parametrize("closing", ["", "```", "\n"])
+def test_a_block_closed_by_a_blank_line_a_fence_or_the_end(closing: str):
+    rule = "=" * 50
+    text = VLLM.replace(rule, closing) + "\nAvg latency: 4.9 seconds\nMean TTFT (ms): 1.0\n"
+    parsed = parse_text(text)
+    assert len(parsed.rows) == 1 and parsed.rows[0]["mean_ttft_ms"] == 71.54 and parsed.rows[0]["p99_itl_ms"] == 8.39
+
+
+def test_concurrency_and_rate_above_the_block_and_every_label_generation():
+    above = (
+        "Traffic request rate: 15.0 RPS.\nBurstiness factor: 1.0 (Poisson process)\nMaximum request concurrency: 30\n"
+    )
+    row = rows_of(above + VLLM)[0]
+    assert (row["concurrency"], row["request_rate"]) == (30, 15.0)
+    for label in ("Max request concurrency", "Maximum request concurrency", "Max reqeuest concurrency",
+                  "Concurrency"):  # fmt: skip
+        block = VLLM.replace("Successful requests:", f"{label + ':':<41}8\nSuccessful requests:")
+        assert rows_of(block)[0]["concurrency"] == 8, label
+    achieved = VLLM.replace("Successful requests:", f"{'Concurrency:':<41}7.93\nSuccessful requests:")
+    assert rows_of(achieved)[0]["concurrency"] is None  # SGLang's achieved mean, not the configured level
+    extra = VLLM.replace(
+        "Successful requests:",
+        "Request rate configured (RPS):           4.00\nRequest goodput (req/s):                 3.75\n"
+        "Accept length:                           2.61\nSuccessful requests:",
+    )
+    row = rows_of(extra)[0]
+    assert (row["request_rate"], row["goodput"], row["accept_length"]) == (4.0, 3.75, 2.61)
+    sweep = "qps 4:\n" + VLLM + "\nqps inf:\n" + VLLM
+    assert [r["request_rate"] for r in rows_of(sweep)] == [4.0, math.inf]
+
+
+def test_a_forks_extra_section_inside_a_block_loses_nothing():
+    fork = VLLM.replace(
+        "Total input tokens:",
+        "\n----------- Instance Load Distribution -----------\n"
+        "instance_0           http://127.0.0.1:30001         Requests:  500 ( 50.0%)\n"
+        "               Load Balance Metrics               \nStd dev:                            0.0\n\n"
+        "-------------- Performance Metrics ---------------\nTotal input tokens:",
+    )
+    parsed = parse_text(fork)
+    assert len(parsed.rows) == 1 and not parsed.dropped and parsed.complete
+    assert parsed.rows[0]["total_input_tokens"] == 1369 and parsed.rows[0]["p99_itl_ms"] == 8.39
+    assert any("instance_0" in w for w in parsed.warnings)
+
+
+def test_a_value_followed_by_text_and_a_label_without_a_value():
+    text = VLLM.replace("Successful requests:                     10", "Successful requests: 10   <<<<<<< New line")
+    text = text.replace("Mean TPOT (ms):                          7.91", "Mean TPOT (ms):")
+    parsed = parse_text(text)
+    row = parsed.rows[0]
+    assert row["completed"] == 10 and row["mean_tpot_ms"] is None and row["p99_itl_ms"] == 8.39
+    assert not parsed.dropped and any("has no value" in p.message for p in parsed.problems)
+
+
+def test_num_prompts_from_the_runs_arguments_never_from_completed():
+    command = "python3 -m sglang.bench_serving --backend sglang --num-prompts 3000 --max-concurrency 64\n"
+    row = rows_of(command + VLLM)[0]
+    assert (row["num_prompts"], row["concurrency"], row["failed"]) == (3000, 64, None)
+    assert rows_of(VLLM)[0]["num_prompts"] is None
+
+
+def test_warnings_are_capped_with_a_summary():
+    noisy = VLLM.replace(
+        "Successful requests:", "".join(f"Odd label {i}: {i}\n" for i in range(100)) + "Successful requests:"
+    )
+    parsed = parse_text(noisy)
+    assert len(parsed.warnings) == 21 and parsed.warnings[-1] == "… and 80 more warnings"
+    assert parsed.warnings[0].startswith("line 2: unknown label")
+
+
+def test_json_records_pasted_under_text_or_wrapped():
+    record = {"backend": "vllm", "max_concurrency": 8, "completed": 23, "failed": 1, "num_prompts": 24,
+              "request_rate": "inf", "duration": 10.0, "total_token_throughput": 1203.2, "output_throughput": 588.8,
+              "mean_ttft_ms": 50.0}  # fmt: skip
+    pasted = "Result saved with --save-result:\n" + json.dumps(record, indent=2) + "\nthat is all\n"
+    row = parse_text(pasted).rows[0]
+    assert row["completed"] == 23 and row["request_rate"] == math.inf and row["total_throughput"] == 1203.2
+    line = json.dumps({k: v for k, v in record.items() if k != "total_token_throughput"})
+    wrapped = "$ cat out.jsonl\n" + line[:60] + "\n" + line[60:] + "\n" + line.replace("23", "24") + "\n"
+    parsed = parse_text(wrapped)
+    assert parsed.format == "sglang_jsonl" and [r["completed"] for r in parsed.rows] == [23, 24]
+    assert parsed.rows[0]["mean_ttft_ms"] == 50.0 and not parsed.dropped

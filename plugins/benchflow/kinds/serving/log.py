@@ -41,8 +41,8 @@ PHASE_RE = re.compile(r"={3,}\s*(?P<config>\S.*?)\s+concurrency=(?P<c>\d+)\s+\(n
 # ============ Serving Benchmark Result ============   /   --- Serving Benchmark Result ---
 # 100%|██████████| 80/80 [00:12<00:00]============ Serving Benchmark Result ============   (glued to tqdm)
 HEADER_RE = re.compile(r"(?:={3,}|-{3,})\s*Serving\s+Benchmark\s+Result\b[^=\n]*?(?:={3,}|-{3,})?\s*$", re.I)
-# Serving Benchmark Result          (a hand-formatted header: the title alone, its rules on lines around it)
-TITLE_RE = re.compile(r"^\s*[=\-]*\s*Serving\s+Benchmark\s+Result\s*[=\-]*\s*$", re.I)
+# Serving Benchmark Result   /   ## Serving Benchmark Result   (hand-formatted: the title alone, rules around it)
+TITLE_RE = re.compile(r"^\s*[=\-#*]*\s*Serving\s+Benchmark\s+Result\s*[=\-*:]*\s*$", re.I)
 # ============ Serving Benchmark       (first half of a header split over two lines; the next starts "Result")
 HALF_HEADER_RE = re.compile(r"(?:={3,}|-{3,})\s*Serving\s+Benchmark\s*$", re.I)
 # Result ============
@@ -57,6 +57,8 @@ FENCE_RE = re.compile(r"^\s*(?:```|~~~)")
 LINE_RE = re.compile(r"^\s*(?P<label>[A-Za-z][^:]*?)\s*:(?:\s+(?P<value>\S.*?))?\s*$")
 # P99 Inter-token Latency (ms) / Median E2E Latency (ms) / Mean TPOT (ms)   (a label after normalising)
 LATENCY_RE = re.compile(r"^(?P<stat>mean|median|std|p\d+(?:\.\d+)?|max|min|avg|average) (?P<metric>.+?) \(ms\)$")
+# concurrency 8:   /   max_concurrency=8   /   Concurrency: 16     (a sweep label above a block)
+SWEEP_CONCURRENCY_RE = re.compile(r"^\s*(?:max[ _-]?)?concurrency\s*[:=]?\s*(?P<v>\d+)\s*:?\s*$", re.I)
 # qps 4:   /   QPS=inf   /   request rate 16      (a sweep label above a block)
 SWEEP_RATE_RE = re.compile(r"^\s*(?:qps|rps|request[ _-]?rate)\s*[:=]?\s*(?P<v>[0-9.]+|inf)\s*:?\s*$", re.I)
 # Namespace(... num_prompts=80, request_rate=inf, max_concurrency=8 ...)  /  --num-prompts 3000  /  num_prompts=80
@@ -66,12 +68,13 @@ ARG_RE = re.compile(
 )
 _ARG_COLUMNS = {"num_prompts": "num_prompts", "max_concurrency": "concurrency", "request_rate": "request_rate"}
 # What a log line may carry in front of the tool's own text, repeated: "# ", "service-1  | ", "[rank0]: ",
-# "2026-11-29 02:00:01 ", "INFO 07-02 09:38:25 [utils.py:20] ", "(APIServer pid=12) ".
+# "2026-11-29 02:00:01 ", "INFO 07-02 09:38:25 [utils.py:20] ", "(APIServer pid=12) ", "... - INFO - ".
 PREFIX_RE = re.compile(
     r"^(?:\s*(?:#+|//|>+)\s?"
     r"|\s*[\w.-]+\s+\|\s"
     r"|\s*\[[^\]]{0,80}\]:?\s*"
-    r"|\s*\(\w+(?: pid=\d+)?\)\s*"
+    r"|\s*\([\w\s=.,-]{1,60}\)\s*"
+    r"|\s*[-|]\s+"
     r"|\s*\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s*"
     r"|\s*\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?\s*"
     r"|\s*(?:INFO|WARNING|WARN|DEBUG|ERROR|CRITICAL)\b:?\s*)+"
@@ -116,7 +119,12 @@ _ABOVE_BLOCK = {"request_rate", "concurrency", "num_prompts"}
 
 
 def _normalise(label: str) -> str:
-    return re.sub(r"[\s\-_]+", " ", label.strip().lower())
+    """``Mean  TTFT(ms)`` → ``mean ttft (ms)``; ``Inter-Token`` → ``inter token``."""
+    return _SPACE_RE.sub(" ", _PAREN_RE.sub(" (", label.strip().lower())).strip()
+
+
+_SPACE_RE = re.compile(r"[\s\-_]+")
+_PAREN_RE = re.compile(r"\s*\(")
 
 
 def detect(text: str) -> bool:
@@ -132,6 +140,7 @@ class _Block:
         self.row, self.line, self.prefix = row, line, prefix
         self.masked = _DIGIT_RE.sub("0", prefix)
         self.values = 0
+        self.titled = False  # opened by a title without rules (a doc heading?): an empty one is no loss
         self.suspended_at: int | None = None  # line that suspended it
         self.suspended_by: str = ""  # "blank" or the odd line's text
         self.odd: list[tuple[int, str]] = []  # odd lines skipped inside it
@@ -164,7 +173,10 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
         nonlocal block, phase_rows
         assert block is not None
         if block.values == 0:
-            notes.problem(block.line, "result block with no values; dropped", dropped=True)
+            if block.titled:
+                notes.warn(block.line, "a 'Serving Benchmark Result' title without values")
+            else:
+                notes.problem(block.line, "result block with no values; dropped", dropped=True)
         else:
             rows.append(finish(block.row))
             phase_rows += 1
@@ -196,7 +208,7 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
 
     for number_, raw in lines(text):
         last = number_
-        line = raw
+        line = raw.replace("\uff1a", ":") if "\uff1a" in raw else raw  # a full-width colon (a translated doc)
         if "\r" in line:  # tqdm redraws: the text after the last carriage return is what a terminal shows
             parts = [p for p in line.split("\r") if p.strip()]
             line = parts[-1] if parts else ""
@@ -280,6 +292,8 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
         body = PREFIX_RE.sub("", line, count=1)
         if serving and TITLE_RE.match(body):
             open_block(number_, "")
+            assert block is not None
+            block.titled = True
             continue
         _above(body, above)
 
@@ -352,6 +366,9 @@ def _above(body: str, above: dict[str, Any]) -> None:
     above its block; sweeps print ``qps 4:``; a command line or Namespace dump gives the arguments)."""
     if sweep := SWEEP_RATE_RE.match(body):
         above["request_rate"] = leading_number(sweep["v"])[0]
+        return
+    if sweep := SWEEP_CONCURRENCY_RE.match(body):
+        above["concurrency"] = int(sweep["v"])
         return
     if (found := LINE_RE.match(body)) and found["value"]:
         column = _LABELS.get(_normalise(found["label"]))
