@@ -40,7 +40,7 @@ SUSPENDED_LINES = 40  # a suspended block resumes only within this many lines
 PHASE_RE = re.compile(r"={3,}\s*(?P<config>\S.*?)\s+concurrency=(?P<c>\d+)\s+\(n=(?P<n>\d+)\)\s*={3,}\s*$")
 # ============ Serving Benchmark Result ============   /   --- Serving Benchmark Result ---
 # 100%|██████████| 80/80 [00:12<00:00]============ Serving Benchmark Result ============   (glued to tqdm)
-HEADER_RE = re.compile(r"(?:={3,}|-{3,})\s*Serving\s+Benchmark\s+Result\b[^=\n]*?(?:={3,}|-{3,})?\s*$", re.I)
+HEADER_RE = re.compile(r"(?:={3,}|-{3,})\s*Serving\s+Benchmark\s+Result\b", re.I)
 # Serving Benchmark Result   /   ## Serving Benchmark Result   (hand-formatted: the title alone, rules around it)
 TITLE_RE = re.compile(r"^\s*[=\-#*]*\s*Serving\s+Benchmark\s+Result\s*[=\-*:]*\s*$", re.I)
 # ============ Serving Benchmark       (first half of a header split over two lines; the next starts "Result")
@@ -236,7 +236,7 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
                 continue
             elif block.suspended_at is not None:
                 if number_ - block.suspended_at > SUSPENDED_LINES:
-                    close("suspended", number_)
+                    close("suspended", number_)  # and the line is read as outside any block, below
                 elif SECTION_RE.match(body):
                     block.suspended_at = None
                     continue
@@ -247,6 +247,7 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
                 else:
                     if stripped and block.suspended_by != "blank":
                         block.odd.append((number_, stripped))
+                    _above(body, above)  # outside the block after all: may be about the next one
                     continue
             elif not stripped:
                 block.suspended_at, block.suspended_by = number_, "blank"

@@ -6,6 +6,7 @@ names its line (a record cut off mid-write at the end of the output: not counted
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +29,7 @@ def objects(text: str, notes: Notes) -> list[tuple[int, dict[str, Any]]]:
         if line_start < skip_to:
             continue
         at = line_start
-        while at < stop and text[at] in " \t":
+        while at < stop and text[at] in " \t[,":
             at += 1
         if at >= stop or text[at] != "{":
             continue
@@ -87,6 +88,9 @@ def head(text: str) -> str:
     return text[:DETECT_CHARS]
 
 
+_OBJECT_LINE_RE = re.compile(r"^[ \t]*\[?[ \t]*\{", re.M)  # {"completed": ...   /     {   /   [{
+
+
 def starts_object(sample: str) -> bool:
-    """Whether a line of ``sample`` starts a JSON object (possibly under a line of text)."""
-    return sample.lstrip().startswith("{") or "\n{" in sample or "\n  {" in sample
+    """Whether a line of ``sample`` starts a JSON object (possibly under lines of text, or in an array)."""
+    return _OBJECT_LINE_RE.search(sample) is not None
