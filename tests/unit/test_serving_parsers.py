@@ -263,3 +263,17 @@ def test_json_records_pasted_under_text_or_wrapped():
     parsed = parse_text(wrapped)
     assert parsed.format == "sglang_jsonl" and [r["completed"] for r in parsed.rows] == [23, 24]
     assert parsed.rows[0]["mean_ttft_ms"] == 50.0 and not parsed.dropped
+
+
+def test_sglang_offline_throughput_block_reads_like_a_serving_block():
+    block = (
+        "====== Offline Throughput Benchmark Result =======\n"
+        "Backend:                                 engine\nSuccessful requests:                     10\n"
+        "Last generation throughput (tok/s):      900.00\nTotal token throughput (tok/s):          1200.00\n"
+        "==================================================\n"
+    )
+    parsed = parse_text("$ python3 -m sglang.bench_offline_throughput --num-prompts 10\n" + block)
+    assert parsed.complete and parsed.warnings == []
+    assert (parsed.rows[0]["completed"], parsed.rows[0]["num_prompts"], parsed.rows[0]["total_throughput"]) == (
+        10, 10, 1200.0
+    )  # fmt: skip

@@ -40,11 +40,13 @@ SUSPENDED_LINES = 40  # a suspended block resumes only within this many lines
 PHASE_RE = re.compile(r"={3,}\s*(?P<config>\S.*?)\s+concurrency=(?P<c>\d+)\s+\(n=(?P<n>\d+)\)\s*={3,}\s*$")
 # ============ Serving Benchmark Result ============   /   --- Serving Benchmark Result ---
 # 100%|██████████| 80/80 [00:12<00:00]============ Serving Benchmark Result ============   (glued to tqdm)
-HEADER_RE = re.compile(r"(?:={3,}|-{3,})\s*Serving\s+Benchmark\s+Result\b", re.I)
+# ====== Offline Throughput Benchmark Result =======   (SGLang bench_offline_throughput: the same labels)
+_TITLE = r"(?:Serving|Offline\s+Throughput)\s+Benchmark"
+HEADER_RE = re.compile(rf"(?:={{3,}}|-{{3,}})\s*{_TITLE}\s+Result\b", re.I)
 # Serving Benchmark Result   /   ## Serving Benchmark Result   (hand-formatted: the title alone, rules around it)
-TITLE_RE = re.compile(r"^\s*[=\-#*]*\s*Serving\s+Benchmark\s+Result\s*[=\-*:]*\s*$", re.I)
+TITLE_RE = re.compile(rf"^\s*[=\-#*]*\s*{_TITLE}\s+Result\s*[=\-*:]*\s*$", re.I)
 # ============ Serving Benchmark       (first half of a header split over two lines; the next starts "Result")
-HALF_HEADER_RE = re.compile(r"(?:={3,}|-{3,})\s*Serving\s+Benchmark\s*$", re.I)
+HALF_HEADER_RE = re.compile(rf"(?:={{3,}}|-{{3,}})\s*{_TITLE}\s*$", re.I)
 # Result ============
 HEADER_TAIL_RE = re.compile(r"^\s*Result\b\s*[=\-]*\s*$", re.I)
 # ==================================================   /   --------------------------------------------------
@@ -110,7 +112,7 @@ _LABELS: dict[str, str | None] = {
     "total token throughput (tok/s)": "total_throughput", "total throughput (tok/s)": "total_throughput",
     "accept length": "accept_length", "acceptance length": "accept_length",
     "mean acceptance length": "accept_length", "average acceptance length": "accept_length",
-    "acceptance rate (%)": None, "drafts": None, "draft tokens": None, "accepted tokens": None,
+    "last generation throughput (tok/s)": None, "acceptance rate (%)": None, "drafts": None, "draft tokens": None, "accepted tokens": None,
     "per position acceptance (%)": None,
 }  # fmt: skip
 _IGNORED_LABEL_RE = re.compile(r"^position \d+$")
@@ -130,7 +132,11 @@ _PAREN_RE = re.compile(r"\s*\(")
 def detect(text: str) -> bool:
     """A result header (or its first half) or a sweep phase header in the first :data:`DETECT_CHARS`."""
     end = min(len(text), DETECT_CHARS)
-    return text.find("Serving Benchmark", 0, end) >= 0 or PHASE_RE.search(text, 0, end) is not None
+    return (
+        text.find("Serving Benchmark", 0, end) >= 0
+        or text.find("Throughput Benchmark Result", 0, end) >= 0
+        or PHASE_RE.search(text, 0, end) is not None
+    )
 
 
 class _Block:
@@ -219,7 +225,7 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
                 close("marker", number_)
                 complete = True
                 break
-            if "Serving" in line and (HEADER_RE.search(line) or TITLE_RE.match(body)):
+            if "enchmark" in line and (HEADER_RE.search(line) or TITLE_RE.match(body)):
                 if block.values == 0 and block.suspended_at is None:
                     continue  # the second line of a hand-formatted header
                 close("header", number_)
@@ -271,7 +277,7 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
         if line.strip() == marker:
             complete = True
             break
-        serving = "Serving" in line
+        serving = "enchmark" in line  # cheap: only such a line can be a header
         if "concurrency=" in line and (match := PHASE_RE.search(line)):
             if phase is not None and phase_rows == 0:
                 empty_phases.append(f"{phase[0]} concurrency={phase[1]}")
