@@ -77,18 +77,9 @@ def _type(column: str) -> ColumnType:
 
 REQUESTS = SideTable(
     table="serving_requests",
-    columns={
-        "config": "text",
-        "concurrency": "int",
-        "seq": "int",
-        "ok": "bool",
-        "input_len": "int",
-        "output_tokens": "int",
-        "ttft_ms": "float",
-        "e2e_ms": "float",
-        "mean_itl_ms": "float",
-        "error": "text",
-    },
+    columns={"config": "text", "concurrency": "int", "seq": "int", "ok": "bool", "input_len": "int",
+             "output_tokens": "int", "ttft_ms": "float", "e2e_ms": "float", "mean_itl_ms": "float",
+             "error": "text"},
     file="requests.jsonl",
 )
 

@@ -112,7 +112,8 @@ _LABELS: dict[str, str | None] = {
     "total token throughput (tok/s)": "total_throughput", "total throughput (tok/s)": "total_throughput",
     "accept length": "accept_length", "acceptance length": "accept_length",
     "mean acceptance length": "accept_length", "average acceptance length": "accept_length",
-    "last generation throughput (tok/s)": None, "acceptance rate (%)": None, "drafts": None, "draft tokens": None, "accepted tokens": None,
+    "last generation throughput (tok/s)": None, "acceptance rate (%)": None, "drafts": None, "draft tokens": None,
+    "accepted tokens": None,
     "per position acceptance (%)": None,
 }  # fmt: skip
 _IGNORED_LABEL_RE = re.compile(r"^position \d+$")
