@@ -119,6 +119,7 @@ _LABELS: dict[str, str | None] = {
 _IGNORED_LABEL_RE = re.compile(r"^position \d+$")
 # Lines that tools print above their block (vLLM's benchmark_serving.py): kept for the next block.
 _ABOVE_BLOCK = {"request_rate", "concurrency", "num_prompts"}
+_IN_BLOCK_ONLY = {"request rate configured (rps)"}  # vLLM prints it among the block's counts, never above
 
 
 def _normalise(label: str) -> str:
@@ -147,6 +148,7 @@ class _Block:
         self.row, self.line, self.prefix = row, line, prefix
         self.masked = _DIGIT_RE.sub("0", prefix)
         self.values = 0
+        self.body_values = 0  # values past the block's preamble (rate, concurrency): counts, throughputs, latencies
         self.titled = False  # opened by a title without rules (a doc heading?): an empty one is no loss
         self.suspended_at: int | None = None  # line that suspended it
         self.suspended_by: str = ""  # "blank" or the odd line's text
@@ -247,7 +249,7 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
                 elif SECTION_RE.match(body):
                     block.suspended_at = None
                     continue
-                elif (found := LINE_RE.match(body)) and found["value"] and _resumes(block.row, found["label"]):
+                elif (found := LINE_RE.match(body)) and found["value"] and _resumes(block, found["label"]):
                     block.suspended_at = None
                     _assign(block, found["label"], found["value"], number_, notes)
                     continue
@@ -318,15 +320,19 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
     return notes.run(NAME, rows, complete)
 
 
-def _resumes(row: dict[str, Any], label: str) -> bool:
+def _resumes(block: _Block, label: str) -> bool:
     """Whether a ``label: value`` line after a suspension continues the block: a known, stored label whose
-    column the block has not filled yet (a lines tools print above a block belongs to the next one)."""
+    column the block has not filled yet. Rate and concurrency continue it only while it is still in its
+    preamble (SGLang prints them first); after its figures they are vLLM's lines above the next block."""
+    row = block.row
     key = _normalise(label)
     if latency := LATENCY_RE.match(key):
         column = _latency_column(latency)
         return column is not None and row.get(column) is None
     column = _LABELS.get(key)
-    return column is not None and column not in _ABOVE_BLOCK and row[column] is None
+    if column is None or row[column] is not None:
+        return False
+    return column not in _ABOVE_BLOCK or block.body_values == 0 or key in _IN_BLOCK_ONLY
 
 
 def _latency_column(latency: re.Match[str]) -> str | None:
@@ -364,6 +370,7 @@ def _assign(block: _Block, label: str, value: str, line_no: int, notes: Notes) -
         block.values += 1
         return  # the sweep's phase header or the line above the block said it first
     row[column] = number
+    block.body_values += column not in _ABOVE_BLOCK
     if column in INTS and number is not None and math.isfinite(number) and number != int(number):
         notes.warn(line_no, f"{label!r} is not a whole number: {value!r}")
     block.values += 1
