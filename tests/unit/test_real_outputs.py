@@ -86,3 +86,14 @@ if __name__ == "__main__":
         for line in lost:
             print("   ", line)
     print(f"{r}/{t} = {100 * r / t:.1f} %; empty: {e}")
+
+
+@pytest.mark.parametrize("width", [61, 80, 97])
+def test_jsonl_records_wrapped_by_a_doc_read_the_same(width: int):
+    name = "sglang_output-file-jsonl-v04_datacrunch-h200-llama70b-online.jsonl"
+    records = (REAL / name).read_text().splitlines()
+    wrapped = "Output file:\n" + "".join(r[i : i + width] + "\n" for r in records for i in range(0, len(r), width))
+    rows = kinds.parse_text(wrapped).rows
+    assert len(rows) == len(EXPECTED[name]["rows"])
+    for got, want in zip(rows, EXPECTED[name]["rows"], strict=True):
+        assert all(same(got.get(key), value) for key, value in want.items()), (got, want)

@@ -42,6 +42,8 @@ def objects(text: str, notes: Notes) -> list[tuple[int, dict[str, Any]]]:
                 what = "a record cut off at the end of the output" if cut_off else f"not a JSON object ({exc.msg})"
                 notes.problem(number, f"{what}; dropped", dropped=True)
                 continue
+        if isinstance(obj, dict) and any("\n" in key for key in obj):  # a key wrapped by a doc: unwrap it
+            obj, end = _unwrapped(text, at)
         if isinstance(obj, dict):
             found.append((number, obj))
             skip_to = end
@@ -89,6 +91,15 @@ def head(text: str) -> str:
 
 
 _OBJECT_LINE_RE = re.compile(r"^[ \t]*\[?[ \t]*\{", re.M)  # {"completed": ...   /     {   /   [{
+
+
+RESULT_KEYS = ('"output_throughput"', '"completed"', '"request_throughput"', '"total_input_tokens"', '"duration"',
+               '"mean_ttft_ms"', '"median_ttft_ms"')  # fmt: skip
+
+
+def results(sample: str) -> bool:
+    """Whether ``sample`` holds a JSON object of a serving result (one of its keys, even if a wrap cut others)."""
+    return starts_object(sample) and any(key in sample for key in RESULT_KEYS)
 
 
 def starts_object(sample: str) -> bool:

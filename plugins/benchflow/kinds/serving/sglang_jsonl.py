@@ -11,9 +11,7 @@ NAME = "sglang_jsonl"
 
 def detect(text: str) -> bool:
     sample = records.head(text)
-    return (
-        records.starts_object(sample) and '"output_throughput"' in sample and '"total_token_throughput"' not in sample
-    )
+    return records.results(sample) and '"total_token_throughput"' not in sample
 
 
 parse = records.parser(NAME, lambda obj: obj.get("tag") or obj.get("config"))
