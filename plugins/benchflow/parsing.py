@@ -137,6 +137,15 @@ def to_float(text: str) -> float:
     return float(value)
 
 
+def strict_row(row: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A row for strict JSON: NaN and ±inf (read alike from ``NaN``, ``nan``, ``inf``, ``Infinity``, …) become
+    None; also returns the columns that were non-finite, for a note (``json.dumps(row, allow_nan=False)``)."""
+    flagged = [key for key, value in row.items() if isinstance(value, float) and not math.isfinite(value)]
+    if not flagged:
+        return row, []
+    return {key: None if key in flagged else value for key, value in row.items()}, flagged
+
+
 @dataclass(frozen=True)
 class Format:
     """One output format of a result kind: ``name`` is what a spec's ``benchmark.format`` says."""

@@ -277,3 +277,16 @@ def test_sglang_offline_throughput_block_reads_like_a_serving_block():
     assert (parsed.rows[0]["completed"], parsed.rows[0]["num_prompts"], parsed.rows[0]["total_throughput"]) == (
         10, 10, 1200.0
     )  # fmt: skip
+
+
+def test_non_finite_values_read_alike_and_write_as_strict_json():
+    from benchflow.parsing import strict_row
+
+    for text in ("inf", "Infinity", "+inf", "INF"):
+        assert parse_text(VLLM.replace("7.74", text)).rows[0]["mean_itl_ms"] == math.inf
+    for text in ("NaN", "nan"):
+        assert math.isnan(parse_text(VLLM.replace("7.74", text)).rows[0]["mean_itl_ms"])
+    assert parse_text(VLLM.replace("7.74", "-inf")).rows[0]["mean_itl_ms"] == -math.inf
+    row, flagged = strict_row(parse_text(VLLM.replace("7.74", "NaN")).rows[0])
+    assert flagged == ["mean_itl_ms"] and row["mean_itl_ms"] is None
+    json.dumps(row, allow_nan=False)
