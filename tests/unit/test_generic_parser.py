@@ -95,3 +95,12 @@ def test_kernel_tables_are_not_detected_as_serving_logs_nor_the_reverse():
                 detect(text)
         else:
             assert detect(text)[0].name == "serving"
+
+
+def test_problems_and_warnings_are_capped_but_dropped_still_counts():
+    text = "".join(f"t: bad{i}\n" for i in range(80)) + "t: 1\n"
+    parsed = parse_text(text, "generic", patterns={"t": {"regex": r"t: (?P<value>\S+)"}})
+    assert [r["value"] for r in parsed.rows] == [1.0]
+    assert len(parsed.problems) == 50 and parsed.problems_left_out == 30 and parsed.dropped
+    assert len(parsed.warnings) == 21 and parsed.warnings[-1] == "… and 60 more warnings"
+    assert parsed.problem_lines()[-1] == "… and 30 more problems"
