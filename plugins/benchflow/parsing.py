@@ -47,7 +47,9 @@ class ParsedRun:
     """Rows of one benchmark output, whether it ran to its done marker, and its header facts.
 
     ``warnings`` are human-readable (capped: the first :data:`WARNINGS_KEPT` with line numbers, then
-    ``… and N more``); ``problems`` are the lines that ended, cut short or dropped a block or row.
+    ``… and N more warnings``) and include the text of every problem, so showing ``warnings`` shows them too;
+    ``problems`` are the lines that ended, cut short or dropped a block or row, as objects (capped at
+    :data:`PROBLEMS_KEPT`, the rest counted in ``problems_left_out``). ``dropped``: the run is incomplete.
     """
 
     format: str
