@@ -139,10 +139,16 @@ class ServingConfig(_Model):
 
 
 class Pattern(_Model):
-    """A metric read by the generic parser: a regex with a ``(?P<value>...)`` group, and its unit."""
+    """A metric read by the generic parser: a regex with a ``(?P<value>...)`` group, its unit, and what ties
+    each value to its case: a ``(?P<key>...)`` group in the regex itself, or ``key``: a regex with a
+    ``(?P<key>...)`` group (the nearest line above that matches it) or the name of another pattern (its
+    latest value)."""
 
     regex: Annotated[str, StringConstraints(min_length=1, max_length=400)]
     unit: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9/%._ -]{0,32}$")] = ""
+    key: Annotated[str, StringConstraints(min_length=1, max_length=400)] | None = Field(
+        default=None, description="the case of each value: a regex with (?P<key>...), or another pattern's name"
+    )
 
     @field_validator("regex")
     @classmethod
@@ -150,6 +156,15 @@ class Pattern(_Model):
         from benchflow.kinds.generic.patterns import compile_patterns
 
         compile_patterns({"pattern": {"regex": value}})
+        return value
+
+    @field_validator("key")
+    @classmethod
+    def _key_compiles(cls, value: str | None) -> str | None:
+        from benchflow.kinds.generic.patterns import compile_key
+
+        if value is not None:
+            compile_key("pattern", value)  # a name is checked against the other patterns when they are read
         return value
 
 

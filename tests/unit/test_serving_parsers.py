@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from benchflow.parsers import ParseError, parse_text
+from benchflow.kinds import parse_text
 from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.unit
@@ -20,9 +20,11 @@ PHASES = (FIXTURES / "serving_sweep_progress_pd.txt").read_text().splitlines()
 
 def test_sglang_block_late_2025_labels():
     parsed = parse_text(SGLANG)
-    assert parsed.format == "serving_log" and parsed.complete and parsed.warnings == []
+    assert parsed.format == "log" and parsed.complete and parsed.warnings == [] and not parsed.dropped
     row = parsed.rows[0]
-    assert row["concurrency"] == 1 and row["completed"] == 10 and row["num_prompts"] == 10
+    assert row["concurrency"] == 1 and row["completed"] == 10
+    assert row["num_prompts"] is None and row["failed"] is None  # not printed: unknown, never inferred
+    assert row["request_rate"] == math.inf
     assert row["duration_s"] == 40.0 and row["total_input_tokens"] == 6101 and row["total_output_tokens"] == 4210
     assert row["request_throughput"] == 0.25 and row["output_throughput"] == 105.24
     assert row["total_throughput"] == 257.76 and row["peak_output_throughput"] == 110.0
@@ -60,15 +62,17 @@ def test_sweep_with_phase_headers_prefixes_and_tqdm_bars():
     assert [(r["config"], r["concurrency"], r["num_prompts"]) for r in parsed.rows] == [
         ("PD", 1, 6), ("PD", 8, 24), ("PD", 16, 32)
     ]  # fmt: skip
-    assert parsed.rows[1]["completed"] == 10 and parsed.rows[1]["failed"] == 14
+    assert parsed.rows[1]["completed"] == 10 and parsed.rows[1]["failed"] is None  # SGLang prints no failed line
 
 
 def test_truncated_sweep_keeps_completed_phases():
     text = sweep(SGLANG, SGLANG, done=False)
     text += PHASES[2] + "\n" + "\n".join(VLLM.splitlines()[:6]) + "\n"  # third phase cut mid-block
     parsed = parse_text(text)
-    assert not parsed.complete and len(parsed.rows) == 2
-    assert "cut off before its closing rule" in parsed.warnings[-1]
+    assert not parsed.complete and len(parsed.rows) == 3 and not parsed.dropped
+    cut = parsed.rows[2]  # the block cut short keeps what it has; the rest is unknown
+    assert cut["concurrency"] == 16 and cut["completed"] == 10 and cut["mean_ttft_ms"] is None
+    assert "cut off at the end of the output" in parsed.problems[-1].message
 
 
 def value(label: str, new: str) -> tuple[str, str]:
@@ -88,12 +92,13 @@ def test_special_values():
     assert row["median_tpot_ms"] == 0.0 and math.copysign(1, row["median_tpot_ms"]) == 1
 
 
-def test_garbage_inside_a_block_names_the_line():
-    text = SGLANG.replace(*value("Mean TTFT (ms)", "fast"))
-    with pytest.raises(ParseError, match=r"line 23: value of 'Mean TTFT \(ms\)' is not a number"):
-        parse_text(text)
-    with pytest.raises(ParseError, match=r"line 6: not a 'label: value' line"):
-        parse_text(SGLANG.replace("Benchmark duration (s):                  40.00", "garbage"))
+def test_garbage_inside_a_block_is_a_problem_that_names_the_line():
+    parsed = parse_text(SGLANG.replace(*value("Mean TTFT (ms)", "fast")))
+    assert len(parsed.rows) == 1 and parsed.rows[0]["mean_ttft_ms"] is None and parsed.rows[0]["p99_itl_ms"] == 9.63
+    assert parsed.dropped and str(parsed.problems[0]).startswith("line 23: value of 'Mean TTFT (ms)' is not a number")
+    parsed = parse_text(SGLANG.replace("Benchmark duration (s):                  40.00", "garbage"))
+    assert len(parsed.rows) == 1 and not parsed.dropped  # an odd line suspends the block; what follows is kept
+    assert parsed.rows[0]["total_input_tokens"] == 6101 and parsed.rows[0]["duration_s"] is None
 
 
 def test_sglang_jsonl_with_infinity_and_old_key_names():
@@ -108,7 +113,7 @@ def test_sglang_jsonl_with_infinity_and_old_key_names():
     assert parsed.format == "sglang_jsonl" and len(parsed.rows) == 2
     first, second = parsed.rows
     assert first["concurrency"] == 8 and first["total_input_tokens"] == 6144 and first["mean_e2e_ms"] == 3000.0
-    assert second["total_output_tokens"] == 8192 and second["num_prompts"] == 32
+    assert second["total_output_tokens"] == 8192 and second["num_prompts"] is None  # not in the record
 
 
 def test_vllm_save_result_json():
@@ -127,7 +132,7 @@ def test_vllm_save_result_json():
 def test_truncated_jsonl_drops_the_cut_record_only():
     text = '{"output_throughput": 1.0, "completed": 1}\n{"output_throughput": 2'
     parsed = parse_text(text)
-    assert len(parsed.rows) == 1 and "cut off" in parsed.warnings[0]
+    assert len(parsed.rows) == 1 and "cut off" in parsed.warnings[0] and parsed.dropped
 
 
 def test_failed_phase_is_reported_and_the_sweep_is_incomplete():
@@ -136,3 +141,152 @@ def test_failed_phase_is_reported_and_the_sweep_is_incomplete():
     assert not parsed.complete
     assert "phases without a result: PD concurrency=8" in parsed.warnings[-1]
     assert [r["concurrency"] for r in parsed.rows] == [1, 16]
+
+
+# Shapes real tools and people print, built from the vLLM sample (a block closed by its rule).
+def rows_of(text: str) -> list[dict]:
+    parsed = parse_text(text)
+    assert parsed.format == "log" and not parsed.dropped, parsed.problem_lines()
+    return parsed.rows
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["", "# ", "service-1  | ", "[rank0]: ", "2026-11-29 02:00:01 INFO ", "(APIServer pid=4711) ",
+     "2025-01-01 10:00:00,123 - INFO - "],
+)  # fmt: skip
+def test_a_prefix_on_every_line_of_a_block(prefix: str):
+    text = "".join(prefix + line + "\n" for line in VLLM.splitlines())
+    row = rows_of(text)[0]
+    assert row["completed"] == 10 and row["mean_itl_ms"] == 7.74 and row["p99_itl_ms"] == 8.39
+
+
+def test_timestamps_that_change_from_line_to_line_and_crlf():
+    text = "".join(f"2026-11-29 02:00:{i % 60:02d} INFO {line}\r\n" for i, line in enumerate(VLLM.splitlines()))
+    assert rows_of(text)[0]["p99_itl_ms"] == 8.39
+
+
+HEADER = "============ Serving Benchmark Result ============"
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["=== Serving Benchmark Result ===", "--- Serving Benchmark Result ---",
+     "==========\nServing Benchmark Result\n==========", "============ Serving Benchmark\nResult ============",
+     "100%|██████████| 10/10 [00:05<00:00,  1.73it/s]" + HEADER,
+     "\r  0%|          | 0/10\r100%|██████████| 10/10 [00:05<00:00]\r" + HEADER],
+)  # fmt: skip
+def test_every_header_layout(header: str):
+    row = rows_of(VLLM.replace(HEADER, header))[0]
+    assert row["completed"] == 10 and row["p99_itl_ms"] == 8.39
+
+
+@pytest.mark.parametrize("closing", ["", "```", "\n"])
+def test_a_block_closed_by_a_blank_line_a_fence_or_the_end(closing: str):
+    rule = "=" * 50
+    text = VLLM.replace(rule, closing) + "\nAvg latency: 4.9 seconds\nMean TTFT (ms): 1.0\n"
+    parsed = parse_text(text)
+    assert len(parsed.rows) == 1 and parsed.rows[0]["mean_ttft_ms"] == 71.54 and parsed.rows[0]["p99_itl_ms"] == 8.39
+
+
+def test_concurrency_and_rate_above_the_block_and_every_label_generation():
+    above = (
+        "Traffic request rate: 15.0 RPS.\nBurstiness factor: 1.0 (Poisson process)\nMaximum request concurrency: 30\n"
+    )
+    row = rows_of(above + VLLM)[0]
+    assert (row["concurrency"], row["request_rate"]) == (30, 15.0)
+    for label in ("Max request concurrency", "Maximum request concurrency", "Max reqeuest concurrency",
+                  "Concurrency"):  # fmt: skip
+        block = VLLM.replace("Successful requests:", f"{label + ':':<41}8\nSuccessful requests:")
+        assert rows_of(block)[0]["concurrency"] == 8, label
+    achieved = VLLM.replace("Successful requests:", f"{'Concurrency:':<41}7.93\nSuccessful requests:")
+    assert rows_of(achieved)[0]["concurrency"] is None  # SGLang's achieved mean, not the configured level
+    extra = VLLM.replace(
+        "Successful requests:",
+        "Request rate configured (RPS):           4.00\nRequest goodput (req/s):                 3.75\n"
+        "Accept length:                           2.61\nSuccessful requests:",
+    )
+    row = rows_of(extra)[0]
+    assert (row["request_rate"], row["goodput"], row["accept_length"]) == (4.0, 3.75, 2.61)
+    sweep = "qps 4:\n" + VLLM + "\nqps inf:\n" + VLLM
+    assert [r["request_rate"] for r in rows_of(sweep)] == [4.0, math.inf]
+
+
+def test_a_forks_extra_section_inside_a_block_loses_nothing():
+    fork = VLLM.replace(
+        "Total input tokens:",
+        "\n----------- Instance Load Distribution -----------\n"
+        "instance_0           http://127.0.0.1:30001         Requests:  500 ( 50.0%)\n"
+        "               Load Balance Metrics               \nStd dev:                            0.0\n\n"
+        "-------------- Performance Metrics ---------------\nTotal input tokens:",
+    )
+    parsed = parse_text(fork)
+    assert len(parsed.rows) == 1 and not parsed.dropped and parsed.complete
+    assert parsed.rows[0]["total_input_tokens"] == 1369 and parsed.rows[0]["p99_itl_ms"] == 8.39
+    assert any("instance_0" in w for w in parsed.warnings)
+
+
+def test_a_value_followed_by_text_and_a_label_without_a_value():
+    text = VLLM.replace("Successful requests:                     10", "Successful requests: 10   <<<<<<< New line")
+    text = text.replace("Mean TPOT (ms):                          7.91", "Mean TPOT (ms):")
+    parsed = parse_text(text)
+    row = parsed.rows[0]
+    assert row["completed"] == 10 and row["mean_tpot_ms"] is None and row["p99_itl_ms"] == 8.39
+    assert not parsed.dropped and any("has no value" in p.message for p in parsed.problems)
+
+
+def test_num_prompts_from_the_runs_arguments_never_from_completed():
+    command = "python3 -m sglang.bench_serving --backend sglang --num-prompts 3000 --max-concurrency 64\n"
+    row = rows_of(command + VLLM)[0]
+    assert (row["num_prompts"], row["concurrency"], row["failed"]) == (3000, 64, None)
+    assert rows_of(VLLM)[0]["num_prompts"] is None
+
+
+def test_warnings_are_capped_with_a_summary():
+    noisy = VLLM.replace(
+        "Successful requests:", "".join(f"Odd label {i}: {i}\n" for i in range(100)) + "Successful requests:"
+    )
+    parsed = parse_text(noisy)
+    assert len(parsed.warnings) == 21 and parsed.warnings[-1] == "… and 80 more warnings"
+    assert parsed.warnings[0].startswith("line 2: unknown label")
+
+
+def test_json_records_pasted_under_text_or_wrapped():
+    record = {"backend": "vllm", "max_concurrency": 8, "completed": 23, "failed": 1, "num_prompts": 24,
+              "request_rate": "inf", "duration": 10.0, "total_token_throughput": 1203.2, "output_throughput": 588.8,
+              "mean_ttft_ms": 50.0}  # fmt: skip
+    pasted = "Result saved with --save-result:\n" + json.dumps(record, indent=2) + "\nthat is all\n"
+    row = parse_text(pasted).rows[0]
+    assert row["completed"] == 23 and row["request_rate"] == math.inf and row["total_throughput"] == 1203.2
+    line = json.dumps({k: v for k, v in record.items() if k != "total_token_throughput"})
+    wrapped = "$ cat out.jsonl\n" + line[:60] + "\n" + line[60:] + "\n" + line.replace("23", "24") + "\n"
+    parsed = parse_text(wrapped)
+    assert parsed.format == "sglang_jsonl" and [r["completed"] for r in parsed.rows] == [23, 24]
+    assert parsed.rows[0]["mean_ttft_ms"] == 50.0 and not parsed.dropped
+
+
+def test_sglang_offline_throughput_block_reads_like_a_serving_block():
+    block = (
+        "====== Offline Throughput Benchmark Result =======\n"
+        "Backend:                                 engine\nSuccessful requests:                     10\n"
+        "Last generation throughput (tok/s):      900.00\nTotal token throughput (tok/s):          1200.00\n"
+        "==================================================\n"
+    )
+    parsed = parse_text("$ python3 -m sglang.bench_offline_throughput --num-prompts 10\n" + block)
+    assert parsed.complete and parsed.warnings == []
+    assert (parsed.rows[0]["completed"], parsed.rows[0]["num_prompts"], parsed.rows[0]["total_throughput"]) == (
+        10, 10, 1200.0
+    )  # fmt: skip
+
+
+def test_non_finite_values_read_alike_and_write_as_strict_json():
+    from benchflow.parsing import strict_row
+
+    for text in ("inf", "Infinity", "+inf", "INF"):
+        assert parse_text(VLLM.replace("7.74", text)).rows[0]["mean_itl_ms"] == math.inf
+    for text in ("NaN", "nan"):
+        assert math.isnan(parse_text(VLLM.replace("7.74", text)).rows[0]["mean_itl_ms"])
+    assert parse_text(VLLM.replace("7.74", "-inf")).rows[0]["mean_itl_ms"] == -math.inf
+    row, flagged = strict_row(parse_text(VLLM.replace("7.74", "NaN")).rows[0])
+    assert flagged == ["mean_itl_ms"] and row["mean_itl_ms"] is None
+    json.dumps(row, allow_nan=False)

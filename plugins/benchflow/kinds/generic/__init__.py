@@ -1,4 +1,5 @@
-"""Metrics read by spec-configured patterns, for a tool no built-in format knows: one row per match."""
+"""Metrics read by spec-configured patterns, for a tool no built-in format knows: one row per match, tied to
+its case (``case_key``: batch size, M, …) when the pattern says how (see :mod:`.patterns`)."""
 
 from __future__ import annotations
 
@@ -35,19 +36,19 @@ KIND = ResultKind(
     description="metrics matched by the spec's patterns: one row per match, in output order",
     formats=(patterns.FORMAT,),
     table="generic_results",
-    columns={"seq": "int", "metric": "text", "value": "float", "unit": "text", "line": "int"},
+    columns={"seq": "int", "metric": "text", "value": "float", "unit": "text", "line": "int", "case_key": "text"},
     key=("seq",),
     expectations=expectations,
     suite_params=suite_params,
     parser_options=parser_options,
     takes_patterns=True,
     servers="optional",
-    display="seq, metric, value, unit, line",
+    display="seq, case_key, metric, value, unit, line",
     order_by="seq",
     trend={},
     headline="value",
-    case_sql="'seq=' || CAST(seq AS TEXT)",
+    case_sql="COALESCE(case_key, 'seq=' || CAST(seq AS TEXT))",
     wide_view="generic_wide",
     wide_sql="SELECT v.campaign, v.dag_id, v.run_id, v.night, v.host, v.gpu_model, v.run_type, t.seq, t.metric,"
-    " t.value, t.unit, t.line",
+    " t.value, t.unit, t.line, t.case_key",
 )

@@ -7,26 +7,27 @@
     ALL_DONE
 
 The note column is optional free text. Without the done marker the run is incomplete and the rows
-that completed are kept; a final line cut off mid-write (no newline) is dropped with a warning, and
-text that ends the table of a crashed run (a traceback) is reported as a warning. Text in the middle
-of the table, or before the marker of a run that finished, is an error naming its line.
+that completed are kept; a final line cut off mid-write (no newline) is dropped (a problem naming its
+line), and text that ends the table of a crashed run (a traceback) is reported as a warning. Text in the
+middle of the table is skipped and a malformed row dropped, each a problem naming its line: the other rows
+are kept. ``NaN``, ``inf``, ``Infinity`` read alike.
 """
 
 from __future__ import annotations
 
 import re
+from itertools import islice
 
-from benchflow.parsing import Format, ParsedRun, ParseError
+from benchflow.parsing import Format, Notes, ParsedRun, ParseError, lines, to_float
 
 NAME = "table"
 
 # M ms/call tok/s(MoE) us/token note
 COLUMNS_RE = re.compile(r"^\s*M\s+ms/call\s+tok/s(?:\([^)]*\))?\s+us/token(?:\s+note)?\s*$")
+# 5.189   /   1.2e+03   /   nan   /   -inf   /   Infinity
+_NUM = r"(?:[-+0-9.eE]+|(?i:[-+]?(?:nan|inf(?:inity)?)))"
 # 90 5.189 17344 57.66 10 streams b8
-ROW_RE = re.compile(
-    r"^\s*(?P<m>\d+)\s+(?P<ms>[-+0-9.eE]+|nan|inf)\s+(?P<tok>[-+0-9.eE]+|nan|inf)"
-    r"\s+(?P<us>[-+0-9.eE]+|nan|inf)(?:\s+(?P<note>\S.*?))?\s*$"
-)
+ROW_RE = re.compile(rf"^\s*(?P<m>\d+)\s+(?P<ms>{_NUM})\s+(?P<tok>{_NUM})\s+(?P<us>{_NUM})(?:\s+(?P<note>\S.*?))?\s*$")
 # GPU: NVIDIA RTX PRO 6000 ...   /   MoE: E=384 hidden=7168 ...
 HEADER_FACT_RE = re.compile(r"^(?P<key>[A-Za-z][\w ]{0,30}):\s*(?P<value>.*?)\s*$")
 # Interpreter and library chatter that may interleave with the table in a merged stdout/stderr log.
@@ -34,22 +35,28 @@ NOISE_RE = re.compile(r"^(\S*Warning:|\s+warnings\.warn|\s|W\d{4} |\[[^\]]*\] )"
 
 
 def detect(text: str) -> bool:
-    return any(COLUMNS_RE.match(line) for line in text.splitlines()[:200])
+    """The column line within the first 200 lines (streamed: a serving log never has it)."""
+    return any(COLUMNS_RE.match(line) for _, line in islice(lines(text), 200))
 
 
 def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
-    lines = text.splitlines()
     cut_off_last = bool(text) and not text.endswith("\n")
     meta: dict[str, str] = {}
     rows: list[dict[str, object]] = []
-    warnings: list[str] = []
+    notes = Notes()
     in_table = complete = False
     table_end: tuple[int, str] | None = None  # first line of text after the rows (a crash's output?)
-    for number, line in enumerate(lines, start=1):
+    last: tuple[int, str] | None = None  # a row that did not read: dropped, unless it was cut off mid-write
+    for number, line in lines(text):
+        if last is not None:  # not the last line after all: the row was malformed, not cut off
+            notes.problem(last[0], f"malformed row (expected: M ms/call tok/s us/token [note]): {last[1][:160]!r}",
+                          dropped=True)  # fmt: skip
+            last = None
         stripped = line.strip()
         if stripped == marker:
             if table_end is not None:
-                raise ParseError("text inside the table (expected: M ms/call tok/s us/token [note])", *table_end)
+                notes.problem(table_end[0], f"text inside the table, skipped: {table_end[1][:160]!r}")
+                table_end = None
             complete = True
             break
         if not in_table:
@@ -62,22 +69,21 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
             continue
         row = ROW_RE.match(line)
         if row is None:
-            if number == len(lines) and cut_off_last:
-                warnings.append(f"line {number}: dropped a row cut off mid-write: {line!r}")
-                continue
             if stripped[0].isdigit():
-                raise ParseError("malformed row (expected: M ms/call tok/s us/token [note])", number, line)
-            if NOISE_RE.match(line):
-                warnings.append(f"line {number}: skipped log noise: {line[:120]!r}")
+                last = (number, line)
+            elif NOISE_RE.match(line):
+                notes.warn(number, f"skipped log noise: {line[:120]!r}")
             elif table_end is None:
                 table_end = (number, line)
             continue
-        if table_end is not None:
-            raise ParseError("text inside the table (expected: M ms/call tok/s us/token [note])", *table_end)
+        if table_end is not None:  # rows after text: the text was inside the table, not its end
+            notes.problem(table_end[0], f"text inside the table, skipped: {table_end[1][:160]!r}")
+            table_end = None
         try:
-            values = {k: float(row[k]) for k in ("ms", "tok", "us")}
+            values = {k: to_float(row[k]) for k in ("ms", "tok", "us")}
         except ValueError:
-            raise ParseError("row has a value that is not a number", number, line) from None
+            notes.problem(number, f"row has a value that is not a number: {line[:160]!r}", dropped=True)
+            continue
         rows.append(
             {
                 "m": int(row["m"]),
@@ -87,11 +93,17 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
                 "note": row["note"] or "",
             }
         )
+    if last is not None:
+        if cut_off_last:
+            notes.problem(last[0], f"row cut off mid-write: {last[1][:160]!r}", dropped=True)
+        else:
+            notes.problem(last[0], f"malformed row (expected: M ms/call tok/s us/token [note]): {last[1][:160]!r}",
+                          dropped=True)  # fmt: skip
     if not in_table:
         raise ParseError("no 'M ms/call tok/s us/token' column line found")
     if table_end is not None:
-        warnings.append(f"line {table_end[0]}: table ends at {table_end[1][:160]!r}")
-    return ParsedRun(NAME, rows, complete, meta, warnings)
+        notes.warn(table_end[0], f"table ends at {table_end[1][:160]!r}")
+    return notes.run(NAME, rows, complete, meta)
 
 
 FORMAT = Format(NAME, detect, parse)

@@ -7,14 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from benchflow.kinds import ColumnType, ResultKind, SideTable
 from benchflow.kinds.serving import log, sglang_jsonl, vllm_json
-from benchflow.kinds.serving.common import COLUMNS, METRICS
+from benchflow.kinds.serving.common import COLUMNS, INTS, METRICS
 
 if TYPE_CHECKING:
     import pandas as pd
 
 RELATIVE_TOLERANCE = 0.02
-_INTS = {"concurrency", "num_prompts", "input_len", "output_len", "completed", "failed", "total_input_tokens",
-         "total_output_tokens", "peak_concurrent_requests"}  # fmt: skip
+_INTS = set(INTS)
 
 
 def derive(frame: pd.DataFrame) -> pd.DataFrame:
@@ -107,7 +106,7 @@ KIND = ResultKind(
     " t.concurrency, t.num_prompts, t.completed, t.failed, t.input_len, t.output_len, t.request_throughput,"
     " t.output_throughput, t.total_throughput, t.mean_ttft_ms, t.median_ttft_ms, t.p99_ttft_ms, t.mean_tpot_ms,"
     " t.p99_tpot_ms, t.mean_itl_ms, t.p99_itl_ms, t.mean_e2e_ms, t.p99_e2e_ms",
-    row_defaults=("input_len", "output_len"),
+    row_defaults=("input_len", "output_len", "num_prompts"),  # the run's arguments, where the output has none
     side_tables=(REQUESTS,),
     plots=plots,
 )

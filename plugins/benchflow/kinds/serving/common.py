@@ -6,6 +6,8 @@ import math
 import re
 from typing import Any
 
+from benchflow.parsing import to_float
+
 METRICS = ("ttft", "tpot", "itl", "e2e")
 STATS = ("mean", "median", "std", "p90", "p95", "p99", "max")
 COLUMNS = (
@@ -14,7 +16,10 @@ COLUMNS = (
     "total_output_tokens", "request_throughput", "input_throughput", "output_throughput", "total_throughput",
     "peak_output_throughput", "peak_concurrent_requests",
     *(f"{stat}_{metric}_ms" for metric in METRICS for stat in STATS),
+    "request_rate", "goodput", "accept_length",  # v6 (include/sql/0006_serving_columns.sql)
 )  # fmt: skip
+INTS = ("concurrency", "num_prompts", "input_len", "output_len", "completed", "failed", "total_input_tokens",
+        "total_output_tokens", "peak_concurrent_requests")  # fmt: skip
 
 _JSON_KEYS = {
     "max_concurrency": "concurrency", "completed": "completed", "failed": "failed", "duration": "duration_s",
@@ -25,22 +30,42 @@ _JSON_KEYS = {
     "total_throughput": "total_throughput", "max_output_tokens_per_s": "peak_output_throughput",
     "max_concurrent_requests": "peak_concurrent_requests", "num_prompts": "num_prompts",
     "random_input_len": "input_len", "random_output_len": "output_len", "input_len": "input_len",
-    "output_len": "output_len",
+    "output_len": "output_len", "request_rate": "request_rate", "request_goodput": "goodput",
+    "goodput": "goodput", "accept_length": "accept_length", "acceptance_length": "accept_length",
+    "spec_decode_acceptance_length": "accept_length",
 }  # fmt: skip
 _JSON_LATENCY_RE = re.compile(
     r"^(?P<stat>mean|median|std|p90|p95|p99|max)_(?P<metric>ttft|tpot|itl|e2el|e2e_latency)_ms$"
 )
+NOT_SET = frozenset({"not set", "n/a", "na", "none", "null", "-", "", "unknown"})
+# 15.0 RPS.  /  0          <<<<<<< New line  /  1.0 (Poisson process)  /  -0.00  /  inf  /  1.2e+03
+LEADING_NUMBER_RE = re.compile(
+    r"^(?P<number>[-+]?(?:(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|inf(?:inity)?|nan))(?![\w.])(?P<rest>.*)$",
+    re.IGNORECASE,
+)
 
 
 def number(text: str) -> float | None:
-    """A block value: ``inf``/``Infinity`` → inf, ``not set``/``N/A`` → None, ``-0.00`` → 0.0."""
-    value = text.strip().lower()
-    if value in ("not set", "n/a", "none", "null", "-", ""):
+    """A block value: ``inf``/``Infinity`` → inf, ``NaN`` → nan, ``not set``/``N/A`` → None, ``-0.00`` → 0.0.
+    ValueError when it is not a number (text after a number: see :func:`leading_number`)."""
+    value = text.strip()
+    if value.lower() in NOT_SET:
         return None
-    if value in ("inf", "infinity", "+inf"):
-        return math.inf
-    result = float(value)
+    result = to_float(value)
     return 0.0 if result == 0 else result
+
+
+def leading_number(text: str) -> tuple[float | None, str]:
+    """The number a value starts with and the text after it (``15.0 RPS.`` → ``(15.0, 'RPS.')``);
+    ``not set`` → ``(None, '')``. ValueError when the value does not start with a number."""
+    value = text.strip()
+    if value.lower() in NOT_SET:
+        return None, ""
+    found = LEADING_NUMBER_RE.match(value)
+    if found is None:
+        raise ValueError(value)
+    result = to_float(found["number"].replace(",", ""))
+    return (0.0 if result == 0 else result), found["rest"].strip()
 
 
 def empty_row(config: str | None = None, concurrency: int | None = None, prompts: int | None = None) -> dict:
@@ -50,12 +75,9 @@ def empty_row(config: str | None = None, concurrency: int | None = None, prompts
 
 
 def finish(row: dict[str, Any]) -> dict[str, Any]:
-    if row["failed"] is None and row["num_prompts"] is not None and row["completed"] is not None:
-        row["failed"] = row["num_prompts"] - row["completed"]
-    if row["num_prompts"] is None and row["completed"] is not None:
-        row["num_prompts"] = int(row["completed"] + (row["failed"] or 0))
-    for key in ("concurrency", "num_prompts", "input_len", "output_len", "completed", "failed", "total_input_tokens",
-                "total_output_tokens", "peak_concurrent_requests"):  # fmt: skip
+    """Integer columns as ints. Nothing is inferred: ``num_prompts`` comes from the record, the sweep's
+    phase header or the run's arguments, never from ``completed``, and ``failed`` only from its own line."""
+    for key in INTS:
         if isinstance(row[key], float) and math.isfinite(row[key]):
             row[key] = int(row[key])
     return row

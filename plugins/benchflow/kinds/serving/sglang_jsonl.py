@@ -1,35 +1,19 @@
-"""SGLang ``bench_serving --output-file``: one JSON object per run (``Infinity`` allowed)."""
+"""SGLang ``bench_serving --output-file``: one JSON object per run (``Infinity`` allowed), also pasted with
+text above it or wrapped (see :mod:`.records`)."""
 
 from __future__ import annotations
 
-import json
+from benchflow.kinds.serving import records
+from benchflow.parsing import Format
 
-from benchflow.kinds.serving.common import from_json
-from benchflow.parsing import Format, ParsedRun, ParseError
+NAME = "sglang_jsonl"
 
 
 def detect(text: str) -> bool:
-    first = text.lstrip().split("\n", 1)[0]
-    return first.startswith("{") and '"output_throughput"' in first and '"total_token_throughput"' not in first
+    sample = records.head(text)
+    return records.results(sample) and '"total_token_throughput"' not in sample
 
 
-def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
-    rows, warnings = [], []
-    lines = text.splitlines()
-    for number_, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if number_ == len(lines) and not text.endswith("\n"):
-                warnings.append(f"line {number_}: dropped a record cut off mid-write")
-                continue
-            raise ParseError(f"not a JSON object ({exc.msg})", number_, line) from None
-        if not isinstance(obj, dict):
-            raise ParseError("not a JSON object", number_, line)
-        rows.append(from_json(obj, obj.get("tag") or obj.get("config")))
-    return ParsedRun("sglang_jsonl", rows, True, {}, warnings)
+parse = records.parser(NAME, lambda obj: obj.get("tag") or obj.get("config"))
 
-
-FORMAT = Format("sglang_jsonl", detect, parse)
+FORMAT = Format(NAME, detect, parse)

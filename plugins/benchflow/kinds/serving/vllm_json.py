@@ -1,26 +1,19 @@
-"""vLLM ``--save-result``: one JSON object per run."""
+"""vLLM ``--save-result``: one JSON object per run (``indent`` or not), also pasted with text above it
+(see :mod:`.records`)."""
 
 from __future__ import annotations
 
-import json
+from benchflow.kinds.serving import records
+from benchflow.parsing import Format
 
-from benchflow.kinds.serving.common import from_json
-from benchflow.parsing import Format, ParsedRun, ParseError
+NAME = "vllm_json"
 
 
 def detect(text: str) -> bool:
-    stripped = text.lstrip()
-    return stripped.startswith("{") and '"total_token_throughput"' in stripped[:20000]
+    sample = records.head(text)
+    return records.results(sample) and '"total_token_throughput"' in sample
 
 
-def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ParseError(f"not a JSON document ({exc.msg})", exc.lineno) from None
-    if not isinstance(obj, dict):
-        raise ParseError("not a JSON object", 1)
-    return ParsedRun("vllm_json", [from_json(obj, obj.get("label") or obj.get("model_id"))], True, {}, [])
+parse = records.parser(NAME, lambda obj: obj.get("label") or obj.get("model_id"))
 
-
-FORMAT = Format("vllm_json", detect, parse)
+FORMAT = Format(NAME, detect, parse)
