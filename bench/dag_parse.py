@@ -35,7 +35,8 @@ PROBE = textwrap.dedent(
     elapsed = time.perf_counter() - start
     tasks = sum(len(d.tasks) for d in bag.dags.values())
     edges = {d: sorted((t.task_id, u) for t in bag.dags[d].tasks for u in t.downstream_task_ids) for d in bag.dags}
-    print(json.dumps({"s": elapsed, "dags": len(bag.dags), "tasks": tasks, "errors": list(bag.import_errors.values())[:1],
+    errors = list(bag.import_errors.values())[:1]
+    print(json.dumps({"s": elapsed, "dags": len(bag.dags), "tasks": tasks, "errors": errors,
                       "shape": edges[sorted(edges)[0]] if edges else []}))
     """
 )

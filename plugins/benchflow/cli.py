@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchflow.paths import PROJECT_ROOT, campaigns_dir, var_dir
+from benchflow.paths import PROJECT_ROOT, var_dir
 
 
 def configure_airflow() -> None:
@@ -52,14 +52,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 specs.append(load_spec(path))
             except SpecError as exc:
                 errors.append(exc)
-            except Exception as exc:  # noqa: BLE001 - reported, never a traceback
+            except Exception as exc:
                 errors.append(SpecError(path, [FieldError("", f"could not be checked: {exc!r}", None)]))
     else:
         specs, errors = load_all()
     for spec in specs:
         try:
             build_dag(spec)
-        except Exception as exc:  # noqa: BLE001 - reported, never a traceback
+        except Exception as exc:
             errors.append(SpecError(Path(f"{spec.name}.yaml"), [FieldError("", f"DAG not buildable: {exc}", None)]))
             continue
         print(f"{spec.name}: ok ({spec.dag_id}, kind {spec.kind}, host {spec.host}, payload {spec.payload})")
@@ -72,7 +72,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_parse(args: argparse.Namespace) -> int:
     from benchflow import kinds
-    from benchflow.parsing import ParseError
+    from benchflow.parsing import ParseError, strict_row
 
     path = Path(args.file)
     kind, fmt, marker, options = args.kind, args.format, args.marker, {}
@@ -102,12 +102,12 @@ def cmd_parse(args: argparse.Namespace) -> int:
         print(f"{path}: {str(exc).strip(chr(34))}", file=sys.stderr)
         return 1
     for row in parsed.rows:
-        print(json.dumps(row))
+        print(json.dumps(strict_row(row)[0], allow_nan=False))
     state = "complete" if parsed.complete else f"incomplete (no {marker})"
     print(f"{path}: {kind}/{parsed.format}, {len(parsed.rows)} rows, {state}", file=sys.stderr)
     for warning in parsed.warnings:
         print(f"{path}: warning: {warning}", file=sys.stderr)
-    return 0
+    return 1 if parsed.dropped else 0  # rows were printed either way; non-zero only when something was lost
 
 
 def ensure_pools() -> list[str]:

@@ -67,7 +67,7 @@ def build_all(build: bool = True) -> tuple[list[DAG], list[SpecError]]:
             continue
         try:
             dags.append(build_dag(spec))
-        except Exception as exc:  # noqa: BLE001 - one spec's failure must not take the others down
+        except Exception as exc:
             errors.append(SpecError(spec_path(spec), [FieldError("", f"the DAG could not be built: {exc}", None)]))
     return dags, errors
 
@@ -137,14 +137,14 @@ def _benchmark_stages(spec: CampaignSpec, deploy: BaseOperator, on_host: dict[st
         deploy >> first
         return ["bench"], last
     jobs: list[str] = []
-    last: Any = deploy
+    previous: Any = deploy
     for config in spec.configs:
         jobs.append(f"bench_{config.name}")
         with TaskGroup(group_id=f"config_{config.name}"):
             up, down = _config_stage(spec, config, on_host)
-        last >> up
-        last = down
-    return jobs, last
+        previous >> up
+        previous = down
+    return jobs, previous
 
 
 def _config_stage(spec: CampaignSpec, config: ServingConfig, on_host: dict[str, Any]) -> tuple[Any, Any]:

@@ -40,11 +40,6 @@ def project_git_sha() -> str | None:
     return result.stdout.strip() if result.returncode == 0 else None
 
 
-def artifacts_dir(dag_id: str, run_key: str) -> Path:
-    """Fetched result files of one DAG run, shared by the tasks that parse, validate and load them."""
-    return var_dir() / "artifacts" / dag_id / run_key
-
-
 def host_python() -> str:
     """The local host's Python for payloads, servers and benchmark clients: ``BENCH_HOST_PYTHON``, else the
     host environment the set-up makes (``.venv-host``), else this interpreter."""

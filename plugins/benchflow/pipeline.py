@@ -11,7 +11,6 @@ Artifacts live in one store that every worker reads (Airflow's ``ObjectStoragePa
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchflow import kinds
+from benchflow.parsing import strict_row
 from benchflow.paths import project_git_sha, var_dir
 from benchflow.remote.layout import run_key
 
@@ -128,26 +128,18 @@ def parse(
         if not parsed.complete:
             complete = False
             notes.append(f"{name}: ends without {marker!r} after {len(parsed.rows)} rows")
+        if parsed.dropped:  # a block or row could not be read: the run lost data, whatever its marker says
+            complete = False
         notes += [f"{name}: {w}" for w in parsed.warnings]
-    non_finite = _finite_only(rows)
-    if non_finite:
+    strict = [strict_row(row) for row in rows]
+    rows = [row for row, _ in strict]
+    if non_finite := sum(len(flagged) for _, flagged in strict):
         notes.append(f"{non_finite} values were NaN or infinite: stored as null")
     (store / ROWS_NAME).write_text(json.dumps(rows, allow_nan=False))
     status = "failed" if not rows else "ok" if complete else "incomplete"
     if not rows:
         notes.insert(0, "no rows")
     return Parsed(fetched.store, status, len(rows), cap_notes(notes), meta)
-
-
-def _finite_only(rows: list[dict[str, Any]]) -> int:
-    """Replace NaN and ±inf by None in place (strict JSON, SQL NULL); returns how many."""
-    count = 0
-    for row in rows:
-        for key, value in row.items():
-            if isinstance(value, float) and not math.isfinite(value):
-                row[key] = None
-                count += 1
-    return count
 
 
 def read_rows(store: str) -> list[dict[str, Any]]:
