@@ -107,7 +107,7 @@ def capture_graph(fn: Callable[[], Any]) -> Callable[[], Any] | None:
             fn()
         torch.cuda.synchronize()
         return graph.replay
-    except Exception:  # noqa: BLE001 - e.g. a host sync in the torch path: fall back to eager timing
+    except Exception:  # e.g. a host sync in the torch path: fall back to eager timing
         torch.cuda.synchronize()
         return None
 
@@ -127,7 +127,7 @@ def kernel_time_ms(fn: Callable[[], Any], iters: int) -> float:
         for item in prof.key_averages():
             total_us += float(getattr(item, "self_device_time_total", getattr(item, "self_cuda_time_total", 0.0)))
         return total_us / 1e3 / iters if total_us > 0 else math.nan
-    except Exception:  # noqa: BLE001 - the profiler is optional: the row keeps its wall time
+    except Exception:  # the profiler is optional: the row keeps its wall time
         return math.nan
 
 
@@ -144,7 +144,6 @@ def measure_copy_gbps(device: str) -> float:
         src = torch.ones(nbytes, dtype=torch.uint8)
         dst = torch.empty_like(src)
         ms = time_cpu(lambda: dst.copy_(src), warmup=1, iters=5)
-    del src, dst
     return 2 * nbytes / (ms / 1e3) / 1e9
 
 
@@ -226,7 +225,8 @@ class Sweep:
         )
         return [
             f"GPU: {gpu}",
-            f"Versions: torch={torch.__version__} triton={triton.__version__} cuda={cuda} python={platform.python_version()}",
+            f"Versions: torch={torch.__version__} triton={triton.__version__} cuda={cuda}"
+            f" python={platform.python_version()}",
             f"MoE: E={e} hidden={h} inter={i} topk={k} dtype={self.args.dtype} impl={self.impl}",
             f"Weights: w1 ({e}, {2 * i}, {h}) w2 ({e}, {h}, {i}) {weight_mb:.1f} MB, made once on {self.device}",
             f"Peaks: {self.peak_gbps:.0f} GB/s, {self.peak_tflops:.1f} TFLOP/s {self.compute} ({self.peak_source})",

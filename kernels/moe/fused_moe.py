@@ -387,8 +387,8 @@ def fused_moe_triton(
     partial = torch.empty((num_pairs, hidden), dtype=x.dtype, device=x.device)
     out = torch.empty_like(x)
     weights = topk_weights.to(torch.float32).contiguous()
-    s1 = w1_scale if fp8 else weights  # any tensor: unused when FP8_W is off
-    s2 = w2_scale if fp8 else weights
+    s1 = w1_scale if w1_scale is not None and fp8 else weights  # any tensor: unused when FP8_W is off
+    s2 = w2_scale if w2_scale is not None and fp8 else weights
     stride_s1 = s1.stride(0) if fp8 else 0
     stride_s2 = s2.stride(0) if fp8 else 0
     common = {"UPCAST": INTERPRET, "FP8_W": fp8, "PRECISION": "ieee" if x.dtype == torch.float32 else None}
