@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -308,20 +309,60 @@ def load_config_table(file_name: str) -> dict[int, dict[str, int]]:
     return {int(m): {k: int(v) for k, v in cfg.items() if k in CONFIG_KEYS} for m, cfg in raw.items() if m.isdigit()}
 
 
-def heuristic_config(m: int, num_experts: int, topk: int, weight_dtype: torch.dtype) -> dict[str, int]:
+@functools.lru_cache(maxsize=1)
+def shared_memory_limit() -> int:
+    """Opt-in shared memory per block of the current GPU in bytes (227 KB on H100/H200, 163 KB on
+    A100, 99 KB on L40S and RTX PRO 6000); 227 KB without a GPU (the interpreter ignores it)."""
+    if not torch.cuda.is_available():
+        return 227 * 1024
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    limit = getattr(props, "shared_memory_per_block_optin", 0)
+    if not limit:
+        try:
+            device = torch.cuda.current_device()
+            limit = triton.runtime.driver.active.utils.get_device_properties(device)["max_shared_mem"]
+        except Exception:  # an unknown driver: assume the smallest of the table's GPUs
+            limit = 99 * 1024
+    return int(limit)
+
+
+def pipeline_bytes(cfg: dict[str, int], a_bytes: int, w_bytes: int) -> int:
+    """Shared memory of one pipeline stage of the gate/up kernel (the larger one: two weight tiles)."""
+    return cfg["BLOCK_M"] * cfg["BLOCK_K"] * a_bytes + 2 * cfg["BLOCK_K"] * cfg["BLOCK_N"] * w_bytes
+
+
+def fit_stages(cfg: dict[str, int], a_bytes: int, w_bytes: int, smem: int | None = None) -> dict[str, int]:
+    """``cfg`` with num_stages lowered until the pipeline fits the GPU's shared memory (10% kept for
+    the epilogue's layout conversions), never under 2."""
+    limit = int(0.9 * (smem or shared_memory_limit()))
+    per_stage = pipeline_bytes(cfg, a_bytes, w_bytes)
+    stages = max(2, min(cfg["num_stages"], limit // max(per_stage, 1)))
+    return {**cfg, "num_stages": stages}
+
+
+def heuristic_config(
+    m: int, num_experts: int, topk: int, weight_dtype: torch.dtype, smem: int | None = None
+) -> dict[str, int]:
     """A reasoned default (see docs/kernel-roofline.md): the layer is weight-bandwidth-bound up to
     M ≈ 10,000, so the block is sized to the pairs an expert actually gets (tensor-core MMAs need
-    BLOCK_M >= 16) and the K loop is deep and pipelined to keep enough bytes in flight per SM."""
+    BLOCK_M >= 16) and the K loop is deep and pipelined to keep enough bytes in flight per SM;
+    the stages are then cut to the GPU's shared memory."""
     pairs_per_expert = m * topk / min(num_experts, m * topk)
-    block_m = min(128, max(16, triton.next_power_of_2(int(pairs_per_expert + 0.999))))
+    block_m = min(128, max(16, triton.next_power_of_2(math.ceil(pairs_per_expert))))
+    w_bytes = weight_dtype.itemsize
+    a_bytes = 4 if weight_dtype == torch.float32 else 2
     if weight_dtype == torch.float32:  # fp32 IEEE dots: smaller tiles, 4-byte elements
-        return {"BLOCK_M": block_m if block_m <= 32 else 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8,
-                "num_warps": 4, "num_stages": 2}  # fmt: skip
-    if block_m <= 32:  # decode: few pairs per expert, stream weights with deep K pipelining
-        return {"BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 4}
-    if block_m == 64:
-        return {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
-    return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
+        cfg = {"BLOCK_M": min(block_m, 32), "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
+               "num_stages": 3}  # fmt: skip
+    elif block_m <= 32:  # decode: few pairs per expert, stream weights with deep K pipelining
+        cfg = {"BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 4}
+    elif block_m == 64:
+        cfg = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
+    else:
+        cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
+    if weight_dtype == FP8:  # half the bytes per weight tile: twice the K depth for the same bytes in flight
+        cfg["BLOCK_K"] *= 2
+    return fit_stages(cfg, a_bytes, w_bytes, smem)
 
 
 def get_config(
@@ -332,7 +373,8 @@ def get_config(
     table = load_config_table(name)
     if table:
         nearest = min(table, key=lambda key: (abs(key - m), key))
-        return {**heuristic_config(m, num_experts, topk, weight_dtype), **table[nearest]}, f"tuned:{name}[M={nearest}]"
+        cfg = {**heuristic_config(m, num_experts, topk, weight_dtype), **table[nearest]}
+        return cfg, f"tuned:{name}[M={nearest}]"
     return heuristic_config(m, num_experts, topk, weight_dtype), "heuristic"
 
 
@@ -351,6 +393,25 @@ def quantize_fp8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         scales[e] = amax / fp8_max
         q[e] = (w[e].float() / scales[e][:, None]).clamp(-fp8_max, fp8_max).to(FP8)
     return q, scales
+
+
+_STAGE_CAP: dict[tuple[str, tuple[int, ...]], int] = {}
+
+
+def _launch(kernel: Any, grid: tuple[int, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Launch; if the pipeline does not fit the GPU's shared memory, retry with fewer stages (the cap
+    is remembered, so only the first call of a config pays for it)."""
+    key = (getattr(kernel, "__name__", str(kernel)), tuple(v for v in kwargs.values() if isinstance(v, int)))
+    stages = min(kwargs["num_stages"], _STAGE_CAP.get(key, kwargs["num_stages"]))
+    while True:
+        try:
+            kernel[grid](*args, **{**kwargs, "num_stages": stages})
+            return
+        except triton.runtime.errors.OutOfResources:
+            if stages <= 1:
+                raise
+            stages -= 1
+            _STAGE_CAP[key] = stages
 
 
 def fused_moe_triton(
@@ -392,17 +453,25 @@ def fused_moe_triton(
     stride_s1 = s1.stride(0) if fp8 else 0
     stride_s2 = s2.stride(0) if fp8 else 0
     common = {"UPCAST": INTERPRET, "FP8_W": fp8, "PRECISION": "ieee" if x.dtype == torch.float32 else None}
-    _gate_up_silu_kernel[(num_pid_m * triton.cdiv(inter, bn),)](
-        x, w1, s1, act, pairs, experts, num_pairs, hidden, inter, topk, num_pid_m,
-        x.stride(0), x.stride(1), w1.stride(0), w1.stride(1), w1.stride(2), stride_s1,
-        act.stride(0), act.stride(1),
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm, EVEN_K=hidden % bk == 0, **common, **launch,
+    _launch(
+        _gate_up_silu_kernel,
+        (num_pid_m * triton.cdiv(inter, bn),),
+        (
+            x, w1, s1, act, pairs, experts, num_pairs, hidden, inter, topk, num_pid_m,
+            x.stride(0), x.stride(1), w1.stride(0), w1.stride(1), w1.stride(2), stride_s1,
+            act.stride(0), act.stride(1),
+        ),
+        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": gm, "EVEN_K": hidden % bk == 0, **common, **launch},
     )  # fmt: skip
-    _down_kernel[(num_pid_m * triton.cdiv(hidden, bn),)](
-        act, w2, s2, partial, weights, pairs, experts, num_pairs, hidden, inter, num_pid_m,
-        act.stride(0), act.stride(1), w2.stride(0), w2.stride(1), w2.stride(2), stride_s2,
-        partial.stride(0), partial.stride(1),
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm, EVEN_K=inter % bk == 0, **common, **launch,
+    _launch(
+        _down_kernel,
+        (num_pid_m * triton.cdiv(hidden, bn),),
+        (
+            act, w2, s2, partial, weights, pairs, experts, num_pairs, hidden, inter, num_pid_m,
+            act.stride(0), act.stride(1), w2.stride(0), w2.stride(1), w2.stride(2), stride_s2,
+            partial.stride(0), partial.stride(1),
+        ),
+        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": gm, "EVEN_K": inter % bk == 0, **common, **launch},
     )  # fmt: skip
     block = min(1024, triton.next_power_of_2(hidden))
     _combine_kernel[(m, triton.cdiv(hidden, block))](partial, out, hidden, TOPK=topk, BLOCK=block)
