@@ -293,3 +293,12 @@ def test_bench_output_format(tmp_path, capsys):
         assert row["bytes_read"] == roofline.moe_bytes(row["m"], row["experts"], 32, 16, "bf16")
         assert row["kernel_ms"] is None or math.isfinite(row["kernel_ms"])
     assert rows[3]["config"]["BLOCK_M"] == 16 and "cfg=16x" in rows[3]["note"]
+
+
+def test_gpu_check_glue_runs_on_the_cpu(tmp_path, capsys):
+    import gpu_check
+
+    argv = ["--smoke-cpu", "--m-list", "2", "--check-m", "3", "--iters", "1", "--no-fp8", "--out", str(tmp_path / "r")]
+    assert gpu_check.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "FAIL" not in out and out.count("PASS") == 3 and bench_moe.COLUMNS in out

@@ -39,6 +39,8 @@ from fused_moe import (
     shared_memory_limit,
 )
 
+Weights = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]  # w1, w2, FP8 scales
+
 
 def candidates(m: int, num_experts: int, topk: int, weight_dtype: torch.dtype, space: str) -> list[dict[str, int]]:
     """Configs worth timing at M: BLOCK_M no larger than twice the pairs an expert gets, pipelines
@@ -82,7 +84,7 @@ def candidates(m: int, num_experts: int, topk: int, weight_dtype: torch.dtype, s
 
 
 def time_config(
-    cfg: dict[str, int], x: torch.Tensor, w: tuple[torch.Tensor, ...], weights: torch.Tensor, ids: torch.Tensor,
+    cfg: dict[str, int], x: torch.Tensor, w: Weights, weights: torch.Tensor, ids: torch.Tensor,
     warmup: int, iters: int,
 ) -> float:  # fmt: skip
     """Milliseconds per call of a graph replay with ``cfg``; inf if it fails to compile or launch."""
@@ -102,7 +104,7 @@ def time_config(
 
 
 def tune_m(
-    m: int, shape: dict[str, int], w: tuple[torch.Tensor, ...], x_dtype: torch.dtype, space: str,
+    m: int, shape: dict[str, int], w: Weights, x_dtype: torch.dtype, space: str,
     warmup: int, iters: int, deadline: float, seed: int = 0,
 ) -> tuple[dict[str, int], float, float, int]:  # fmt: skip
     """(best config, its ms, the heuristic's ms, candidates timed) at M, stopping at ``deadline``."""
