@@ -446,7 +446,7 @@ def fused_moe_triton(
         return torch.zeros_like(x)
     act = torch.empty((num_pairs, inter), dtype=x.dtype, device=x.device)
     partial = torch.empty((num_pairs, hidden), dtype=x.dtype, device=x.device)
-    out = torch.empty_like(x)
+    out = torch.empty((m, hidden), dtype=x.dtype, device=x.device)
     weights = topk_weights.to(torch.float32).contiguous()
     s1 = w1_scale if w1_scale is not None and fp8 else weights  # any tensor: unused when FP8_W is off
     s2 = w2_scale if w2_scale is not None and fp8 else weights
