@@ -356,12 +356,14 @@ def heuristic_config(
                "num_stages": 3}  # fmt: skip
     elif block_m <= 32:  # decode: few pairs per expert, stream weights with deep K pipelining
         cfg = {"BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 4}
-    elif block_m == 64:
-        cfg = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
+        if weight_dtype == FP8 and block_m == 16:  # half the bytes per tile: twice the K depth (at 32 rows it spills)
+            cfg["BLOCK_K"] = 256
+    elif block_m == 64:  # BLOCK_N 64: gate/up holds two accumulators; 64x128 spills before Hopper
+        cfg = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
+        if weight_dtype == FP8:  # the in-register FP8 -> bf16 conversion needs the registers of 8 warps
+            cfg.update(BLOCK_K=128, num_warps=8)
     else:
-        cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
-    if weight_dtype == FP8:  # half the bytes per weight tile: twice the K depth for the same bytes in flight
-        cfg["BLOCK_K"] *= 2
+        cfg = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
     return fit_stages(cfg, a_bytes, w_bytes, smem)
 
 
