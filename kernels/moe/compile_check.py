@@ -114,6 +114,35 @@ def check_arch(arch: int, m_list: list[int]) -> int:
                     f"{'ok  ' if fits else 'FAIL'} {name}: shared {shared // 1024} KiB of {smem // 1024}, {usage}",
                     flush=True,
                 )
+    helpers = (
+        (fm._count_kernel, {"ids_ptr": "*i32:16", "counts_ptr": "*i32:16", "num_pairs": "i32"}, {"BLOCK": 1024}),
+        (
+            fm._align_kernel,
+            {
+                "ids_ptr": "*i32:16",
+                "counts_ptr": "*i32:16",
+                "pairs_ptr": "*i32:16",
+                "experts_ptr": "*i32:16",
+                "padded_ptr": "*i32:16",
+                "num_pairs": "i32",
+                "num_experts": "i32",
+                "max_blocks": "i32",
+            },
+            {"BLOCK_M": 16, "BLOCK": 1024, "E_POW2": 512},
+        ),
+        (
+            fm._combine_kernel,
+            {"partial_ptr": "*bf16:16", "out_ptr": "*bf16:16", "hidden": "i32:16"},
+            {"TOPK": 8, "BLOCK": 1024},
+        ),
+    )
+    for kernel, types, consts in helpers:
+        try:
+            compiled = compile_kernel(kernel, types, consts, arch, {"num_warps": 4, "num_stages": 2})
+            print(f"ok   sm_{arch} {kernel.__name__} {consts}: {resource_usage(compiled)}", flush=True)
+        except Exception as exc:
+            failures += 1
+            print(f"FAIL sm_{arch} {kernel.__name__}: {type(exc).__name__}: {str(exc)[:500]}", flush=True)
     return failures
 
 
