@@ -114,7 +114,7 @@ def check_arch(arch: int, m_list: list[int]) -> int:
                     f"{'ok  ' if fits else 'FAIL'} {name}: shared {shared // 1024} KiB of {smem // 1024}, {usage}",
                     flush=True,
                 )
-    helpers = (
+    helpers: tuple[tuple[Any, dict[str, str], dict[str, Any]], ...] = (
         (fm._count_kernel, {"ids_ptr": "*i32:16", "counts_ptr": "*i32:16", "num_pairs": "i32"}, {"BLOCK": 1024}),
         (
             fm._align_kernel,
