@@ -31,9 +31,12 @@ from typing import Any, TextIO
 import torch
 import triton
 from fused_moe import (
+    config_file_name,
+    dtype_label,
     fused_moe_torch,
     fused_moe_triton,
     get_config,
+    load_config_table,
     make_tokens,
     make_weights,
     quantize_fp8,
@@ -123,9 +126,13 @@ def kernel_time_ms(fn: Callable[[], Any], iters: int) -> float:
             for _ in range(iters):
                 fn()
             torch.cuda.synchronize()
-        total_us = 0.0
-        for item in prof.key_averages():
-            total_us += float(getattr(item, "self_device_time_total", getattr(item, "self_cuda_time_total", 0.0)))
+        from torch.autograd import DeviceType
+
+        # Device-side events (kernels, memsets, copies) of the trace; key_averages as a fallback.
+        total_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
+        if total_us <= 0:
+            for item in prof.key_averages():
+                total_us += float(getattr(item, "self_device_time_total", getattr(item, "self_cuda_time_total", 0.0)))
         return total_us / 1e3 / iters if total_us > 0 else math.nan
     except Exception:  # the profiler is optional: the row keeps its wall time
         return math.nan
@@ -233,10 +240,19 @@ class Sweep:
             f"Copy bandwidth: {self.copy_gbps:.0f} GB/s (measured, device to device, read + write)",
             f"Timed: {timed}",
             "Kernel time: kernel_ms = device time of all kernels of one eager call (torch.profiler), nan if none",
-            "Config: per M in the note, cfg=BLOCK_MxBLOCK_NxBLOCK_K/gGROUP_M/wWARPS/sSTAGES and its source",
+            "Config: per M in the note, cfg=BLOCK_MxBLOCK_NxBLOCK_K/gGROUP_M/wWARPS/sSTAGES and its source; "
+            + self.config_table(),
             "Roofline: bytes = experts*3*inter*hidden*w_bytes (+fp8 scales) + 2*M*hidden*x_bytes; "
             "flops = 6*M*topk*inter*hidden; roof_ms = max(bytes/peak_GBps, flops/peak_TFLOPs)",
         ]
+
+    def config_table(self) -> str:
+        if self.impl != "triton":
+            return "none (torch path)"
+        e, h, i = self.shape["experts"], self.shape["hidden"], self.shape["inter"]
+        name = config_file_name(e, h, i, dtype_label(self.w1.dtype), self.device_name)
+        found = "tuned table found" if load_config_table(name) else "no tuned table: heuristic_config"
+        return f"configs/{name} ({found})"
 
     def row(self, m: int) -> dict[str, Any]:
         e, h, i, k = (self.shape[key] for key in ("experts", "hidden", "inter", "topk"))
