@@ -272,7 +272,8 @@ class Sweep:
         timed_as, eager_ms, kernel_ms = "eager", math.nan, math.nan
         if self.device == "cuda":
             eager_ms = time_cuda(call, self.args.warmup, self.args.iters)  # also compiles
-            replay = None if self.args.no_graph else capture_graph(call)
+            # the torch path synchronises (torch.unique, torch.where): only the Triton call is captured
+            replay = None if self.args.no_graph or self.impl != "triton" else capture_graph(call)
             ms = eager_ms if replay is None else time_cuda(replay, self.args.warmup, self.args.iters)
             timed_as = "eager" if replay is None else "cuda_graph"
             if not self.args.no_profile:
