@@ -115,11 +115,11 @@ def check_arch(arch: int, m_list: list[int]) -> int:
                     flush=True,
                 )
     helpers: tuple[tuple[Any, dict[str, str], dict[str, Any]], ...] = (
-        (fm._count_kernel, {"ids_ptr": "*i32:16", "counts_ptr": "*i32:16", "num_pairs": "i32"}, {"BLOCK": 1024}),
+        (fm._count_kernel, {"ids_ptr": "*i64:16", "counts_ptr": "*i32:16", "num_pairs": "i32"}, {"BLOCK": 1024}),
         (
             fm._align_kernel,
             {
-                "ids_ptr": "*i32:16",
+                "ids_ptr": "*i64:16",
                 "counts_ptr": "*i32:16",
                 "pairs_ptr": "*i32:16",
                 "experts_ptr": "*i32:16",

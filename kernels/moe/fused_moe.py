@@ -122,7 +122,7 @@ def align_by_expert(
     (int32, the expert of each block of ``block_m`` pairs, -1 for unused blocks) and ``num_padded``
     (a one-element int32 tensor: the padded count, left on the device).
     """
-    flat = topk_ids.flatten().to(torch.int32)
+    flat = topk_ids.flatten()  # a view of the router's int64 ids: no cast kernel
     num_pairs = flat.numel()
     length = max_padded_pairs(num_pairs, num_experts, block_m)
     max_blocks = length // block_m
