@@ -1,11 +1,18 @@
-"""Sweep the token count M through one fused-MoE layer and print the tuning table.
+"""Sweep the token count M through one fused-MoE layer and print the table, every row against the roofline.
 
     python bench_moe.py --m-list 1,2,4,8 --out results.jsonl
 
-Prints header lines, then ``M ms/call tok/s(MoE) us/token note`` rows (flushed one by one, and
-one JSONL object per M appended to --out as it completes), then the done marker. With CUDA it runs
-the Triton kernel at the production shape; on a CPU the torch path at a small shape. Every shape
-argument can be given explicitly.
+Prints ``Key: value`` header lines (GPU, peaks, versions, shape, what is timed), then the column line
+
+    M ms/call tok/s us/token kernel_ms experts bytes_MB GB/s TFLOP/s roof_ms pct_roof pct_copy bound note
+
+and one row per M (flushed one by one, one JSONL object per M appended to --out as it completes),
+then the done marker. The note (free text, possibly empty) is always last. With CUDA it runs the
+Triton kernel at the production shape; on a CPU the torch path at a small shape. Every shape
+argument can be given explicitly; peaks come from roofline.GPUS by device name unless overridden.
+
+Weights are made once, on the device, in the benchmark's dtype (FP8: quantised once from bf16, one
+expert at a time); only the tokens and the routing are made per M.
 """
 
 from __future__ import annotations
@@ -17,14 +24,29 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TextIO
 
 import torch
-from fused_moe import fused_moe_torch, fused_moe_triton, make_inputs
+import triton
+from fused_moe import (
+    config_file_name,
+    dtype_label,
+    fused_moe_torch,
+    fused_moe_triton,
+    get_config,
+    load_config_table,
+    make_tokens,
+    make_weights,
+    quantize_fp8,
+)
+from roofline import BYTES, find_gpu, roofline_row
 
 PRODUCTION = {"experts": 384, "hidden": 7168, "inter": 2048, "topk": 8}
 CPU_SMALL = {"experts": 8, "hidden": 256, "inter": 128, "topk": 2}
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": torch.bfloat16}
+COLUMNS = "M ms/call tok/s us/token kernel_ms experts bytes_MB GB/s TFLOP/s roof_ms pct_roof pct_copy bound note"
 
 
 def fmt(value: float, decimals: int) -> str:
@@ -41,65 +63,312 @@ def parse_m_list(text: str) -> list[int]:
     return values
 
 
-def time_call(fn, device: str, warmup: int, iters: int) -> float:
-    """Median milliseconds per call after warm-up."""
-    if device == "cuda":
-        import triton.testing
+# ----------------------------------------------------------------------------------------------
+# Timing
+# ----------------------------------------------------------------------------------------------
 
-        return float(triton.testing.do_bench(fn, warmup=warmup * 10, rep=iters * 10, return_mode="median"))
+
+def time_cpu(fn: Callable[[], Any], warmup: int, iters: int) -> float:
+    """Median wall milliseconds per call after ``warmup`` calls, over ``iters`` calls."""
     for _ in range(warmup):
         fn()
     samples = []
-    for _ in range(iters):
+    for _ in range(max(iters, 1)):
         start = time.perf_counter()
         fn()
         samples.append((time.perf_counter() - start) * 1e3)
     return statistics.median(samples)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def time_cuda(fn: Callable[[], Any], warmup: int, iters: int) -> float:
+    """Median milliseconds per call between CUDA events around each call (``warmup`` and ``iters``
+    are numbers of calls). Weights of the touched experts are far larger than L2 from M = 1 on
+    (704 MB against 50-60 MB), so no cache flush is needed between calls."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in events)
+
+
+def capture_graph(fn: Callable[[], Any]) -> Callable[[], Any] | None:
+    """The call captured in a CUDA graph (compiled first, on a side stream), or None if it cannot be."""
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        torch.cuda.synchronize()
+        return graph.replay
+    except Exception:  # e.g. a host sync in the torch path: fall back to eager timing
+        torch.cuda.synchronize()
+        return None
+
+
+def kernel_time_ms(fn: Callable[[], Any], iters: int) -> float:
+    """Device time of all kernels (and memsets/copies) of one eager call, from torch.profiler; nan if unavailable."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(iters):
+                fn()
+            torch.cuda.synchronize()
+        from torch.autograd import DeviceType
+
+        # Device-side events (kernels, memsets, copies) of the trace; key_averages as a fallback.
+        total_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
+        if total_us <= 0:
+            for item in prof.key_averages():
+                total_us += float(getattr(item, "self_device_time_total", getattr(item, "self_cuda_time_total", 0.0)))
+        return total_us / 1e3 / iters if total_us > 0 else math.nan
+    except Exception:  # the profiler is optional: the row keeps its wall time
+        return math.nan
+
+
+def measure_copy_gbps(device: str) -> float:
+    """Device-to-device copy bandwidth in GB/s (bytes read + bytes written per second), median of 5."""
+    if device == "cuda":
+        free, _ = torch.cuda.mem_get_info()
+        nbytes = int(min(2**30, free // 8)) // 16 * 16
+        src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        ms = time_cuda(lambda: dst.copy_(src), warmup=3, iters=5)
+    else:
+        nbytes = 64 * 2**20
+        src = torch.ones(nbytes, dtype=torch.uint8)
+        dst = torch.empty_like(src)
+        ms = time_cpu(lambda: dst.copy_(src), warmup=1, iters=5)
+    return 2 * nbytes / (ms / 1e3) / 1e9
+
+
+# ----------------------------------------------------------------------------------------------
+# The sweep
+# ----------------------------------------------------------------------------------------------
+
+
+def build_parser(doc: str | None = __doc__) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--m-list", type=parse_m_list, default=[2**i for i in range(12)])
     parser.add_argument("--experts", type=int)
     parser.add_argument("--hidden", type=int)
     parser.add_argument("--inter", type=int)
     parser.add_argument("--topk", type=int)
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="fp8: FP8 e4m3 weights, bf16 tokens")
     parser.add_argument("--impl", choices=["auto", "triton", "torch"], default="auto")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3, help="calls before timing")
+    parser.add_argument("--iters", type=int, default=10, help="timed calls (median)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("results.jsonl"))
     parser.add_argument("--marker", default="ALL_DONE")
-    args = parser.parse_args(argv)
+    parser.add_argument("--gpu-name", help="look the peaks up under this name instead of the device's")
+    parser.add_argument("--peak-gbps", type=float, help="memory bandwidth peak, GB/s (overrides the table)")
+    parser.add_argument("--peak-tflops", type=float, help="compute peak, TFLOP/s (overrides the table)")
+    parser.add_argument("--copy-gbps", type=float, help="measured copy bandwidth, GB/s (skips the measurement)")
+    parser.add_argument("--no-graph", action="store_true", help="time eager calls, not a CUDA graph replay")
+    parser.add_argument("--no-profile", action="store_true", help="skip the profiler's kernel time")
+    return parser
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    defaults = PRODUCTION if device == "cuda" else CPU_SMALL
-    shape = {k: getattr(args, k) or v for k, v in defaults.items()}
-    impl = args.impl if args.impl != "auto" else ("triton" if device == "cuda" else "torch")
-    dtype = DTYPES[args.dtype]
-    run = fused_moe_triton if impl == "triton" else fused_moe_torch
 
-    gpu = torch.cuda.get_device_name() if device == "cuda" else f"none (CPU: {platform.machine()}, torch path)"
-    e, h, i, k = shape["experts"], shape["hidden"], shape["inter"], shape["topk"]
-    weight_mb = e * 3 * i * h * torch.finfo(dtype).bits / 8 / 2**20
-    print(f"GPU: {gpu}", flush=True)
-    print(f"MoE: E={e} hidden={h} inter={i} topk={k} dtype={args.dtype} impl={impl}")
-    print(f"w1 ({e}, {2 * i}, {h}) w2 ({e}, {h}, {i}) (~{weight_mb:.1f} MB)")
-    print("M ms/call tok/s(MoE) us/token note", flush=True)
+class Sweep:
+    """Weights made once; ``row(m)`` times one M and returns the row (also printed and appended)."""
 
+    def __init__(self, args: argparse.Namespace, device: str | None = None) -> None:
+        self.args = args
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        defaults = PRODUCTION if self.device == "cuda" else CPU_SMALL
+        self.shape = {k: getattr(args, k) or v for k, v in defaults.items()}
+        self.impl = args.impl if args.impl != "auto" else ("triton" if self.device == "cuda" else "torch")
+        self.dtype = DTYPES[args.dtype]
+        e, h, i = self.shape["experts"], self.shape["hidden"], self.shape["inter"]
+        self.w1, self.w2 = make_weights(e, h, i, self.dtype, self.device, seed=args.seed)
+        self.s1: torch.Tensor | None = None
+        self.s2: torch.Tensor | None = None
+        if args.dtype == "fp8":
+            self.w1, self.s1 = quantize_fp8(self.w1)
+            self.w2, self.s2 = quantize_fp8(self.w2)
+            if self.device == "cuda":
+                torch.cuda.empty_cache()
+        self.device_name = torch.cuda.get_device_name() if self.device == "cuda" else "cpu"
+        gpu = find_gpu(args.gpu_name or self.device_name) if (self.device == "cuda" or args.gpu_name) else None
+        self.copy_gbps = args.copy_gbps or measure_copy_gbps(self.device)
+        compute = "fp32" if args.dtype == "fp32" else "bf16"
+        if gpu is not None:
+            peak_gbps = gpu.hbm_gbps
+            peak_tflops = gpu.fp32_tflops if compute == "fp32" else gpu.bf16_tflops
+            self.peak_source = f"table: {gpu.name} ({gpu.source})"
+        else:  # unknown device (or a CPU): the measured copy bandwidth stands in for the memory peak
+            peak_gbps, peak_tflops = self.copy_gbps, math.nan
+            self.peak_source = "no table entry: memory peak = measured copy bandwidth, compute peak unknown"
+        self.peak_gbps = args.peak_gbps or peak_gbps
+        self.peak_tflops = args.peak_tflops or peak_tflops
+        if args.peak_gbps or args.peak_tflops:
+            self.peak_source += "; overridden by flags"
+        self.compute = compute
+
+    def header(self) -> list[str]:
+        e, h, i, k = (self.shape[key] for key in ("experts", "hidden", "inter", "topk"))
+        weight_mb = e * 3 * i * h * BYTES[self.args.dtype] / 1e6
+        gpu = self.device_name if self.device == "cuda" else f"none (CPU: {platform.machine()}, {self.impl} path)"
+        cuda = torch.version.cuda or "none"
+        timed = (
+            "one whole layer call (align + gate/up + down + combine, allocations included) per sample, "
+            + ("as a CUDA graph replay when it captures, else eager" if not self.args.no_graph else "eager")
+            + f", CUDA events around each call, median of {self.args.iters} after {self.args.warmup} warm-up calls"
+            if self.device == "cuda"
+            else f"one whole layer call, perf_counter, median of {self.args.iters} after {self.args.warmup} warm-up"
+        )
+        return [
+            f"GPU: {gpu}",
+            f"Versions: torch={torch.__version__} triton={triton.__version__} cuda={cuda}"
+            f" python={platform.python_version()}",
+            f"MoE: E={e} hidden={h} inter={i} topk={k} dtype={self.args.dtype} impl={self.impl}",
+            f"Weights: w1 ({e}, {2 * i}, {h}) w2 ({e}, {h}, {i}) {weight_mb:.1f} MB, made once on {self.device}",
+            f"Peaks: {self.peak_gbps:.0f} GB/s, {self.peak_tflops:.1f} TFLOP/s {self.compute} ({self.peak_source})",
+            f"Copy bandwidth: {self.copy_gbps:.0f} GB/s (measured, device to device, read + write)",
+            f"Timed: {timed}",
+            "Kernel time: kernel_ms = device time of all kernels of one eager call (torch.profiler), nan if none",
+            "Config: per M in the note, cfg=BLOCK_MxBLOCK_NxBLOCK_K/gGROUP_M/wWARPS/sSTAGES and its source; "
+            + self.config_table(),
+            "Roofline: bytes = experts*3*inter*hidden*w_bytes (+fp8 scales) + 2*M*hidden*x_bytes; "
+            "flops = 6*M*topk*inter*hidden; roof_ms = max(bytes/peak_GBps, flops/peak_TFLOPs)",
+        ]
+
+    def config_table(self) -> str:
+        if self.impl != "triton":
+            return "none (torch path)"
+        e, h, i = self.shape["experts"], self.shape["hidden"], self.shape["inter"]
+        name = config_file_name(e, h, i, dtype_label(self.w1.dtype), self.device_name)
+        found = "tuned table found" if load_config_table(name) else "no tuned table: heuristic_config"
+        return f"configs/{name} ({found})"
+
+    def row(self, m: int) -> dict[str, Any]:
+        e, h, i, k = (self.shape[key] for key in ("experts", "hidden", "inter", "topk"))
+        x, weights, ids = make_tokens(m, e, h, k, self.dtype, self.device, seed=self.args.seed + m)
+        config, source = get_config(m, e, h, i, k, self.w1.dtype, self.device_name)
+        w1, w2, s1, s2 = self.w1, self.w2, self.s1, self.s2
+        if self.impl == "triton":
+
+            def call() -> torch.Tensor:
+                return fused_moe_triton(x, w1, w2, weights, ids, config=config, w1_scale=s1, w2_scale=s2)
+        else:
+
+            def call() -> torch.Tensor:
+                return fused_moe_torch(x, w1, w2, weights, ids, w1_scale=s1, w2_scale=s2)
+
+        experts = int(torch.unique(ids).numel())
+        timed_as, eager_ms, kernel_ms = "eager", math.nan, math.nan
+        if self.device == "cuda":
+            eager_ms = time_cuda(call, self.args.warmup, self.args.iters)  # also compiles
+            # the torch path synchronises (torch.unique, torch.where): only the Triton call is captured
+            replay = None if self.args.no_graph or self.impl != "triton" else capture_graph(call)
+            ms = eager_ms if replay is None else time_cuda(replay, self.args.warmup, self.args.iters)
+            timed_as = "eager" if replay is None else "cuda_graph"
+            if not self.args.no_profile:
+                kernel_ms = kernel_time_ms(call, max(3, min(self.args.iters, 10)))
+        else:
+            ms = time_cpu(call, self.args.warmup, self.args.iters)
+            eager_ms = ms
+        roof = roofline_row(m, ms, experts, h, i, k, self.args.dtype, self.peak_gbps, self.peak_tflops, self.copy_gbps)
+        notes = [] if m * k >= e else ["sparse"]  # fewer pairs than experts: most experts idle
+        if self.impl == "triton":
+            c = config
+            cfg = f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']}/g{c['GROUP_M']}/w{c['num_warps']}/s{c['num_stages']}"
+            notes += [f"cfg={cfg}", source.split("[")[0].split(":")[0]]
+        notes += [] if timed_as == "cuda_graph" or self.device != "cuda" else ["eager"]
+        return {
+            "M": m,  # the key of the original format, kept for existing readers
+            "m": m,
+            "ms_per_call": ms,
+            "tok_per_s": m / (ms / 1e3),
+            "us_per_token": 1e3 * ms / m,
+            "kernel_ms": kernel_ms,
+            "experts": experts,
+            "bytes_read": roof.bytes_read,
+            "gbps": roof.gbps,
+            "tflops": roof.tflops,
+            "roofline_ms": roof.roofline_ms,
+            "pct_roofline": roof.pct_roofline,
+            "pct_copy_bw": roof.pct_copy_bw,
+            "bound": roof.bound,
+            "note": " ".join(notes),
+            "flops": roof.flops,
+            "eager_ms": eager_ms,
+            "timed": timed_as,
+            "dtype": self.args.dtype,
+            "config": config if self.impl == "triton" else None,
+            "config_source": source if self.impl == "triton" else None,
+        }
+
+
+def format_row(row: dict[str, Any]) -> str:
+    cells = [
+        str(row["m"]),
+        fmt(row["ms_per_call"], 3),
+        fmt(row["tok_per_s"], 0),
+        fmt(row["us_per_token"], 2),
+        fmt(row["kernel_ms"], 3),
+        str(row["experts"]),
+        fmt(row["bytes_read"] / 1e6, 1),
+        fmt(row["gbps"], 1),
+        fmt(row["tflops"], 2),
+        fmt(row["roofline_ms"], 3),
+        f"{row['pct_roofline']:.1f}",
+        f"{row['pct_copy_bw']:.1f}",
+        row["bound"],
+        row["note"],
+    ]
+    return " ".join(cells).rstrip()
+
+
+def json_row(row: dict[str, Any]) -> str:
+    """JSON with nan/inf written as null (strict JSON)."""
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        return value
+
+    return json.dumps({k: clean(v) for k, v in row.items()})
+
+
+def run_sweep(sweep: Sweep, m_list: list[int], out: TextIO | None, marker: str | None) -> list[dict[str, Any]]:
+    for line in sweep.header():
+        print(line, flush=True)
+    print(COLUMNS, flush=True)
+    rows = []
+    for m in m_list:
+        row = sweep.row(m)
+        rows.append(row)
+        print(format_row(row), flush=True)
+        if out is not None:
+            out.write(json_row(row) + "\n")
+            out.flush()
+    if marker:
+        print(marker, flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    sweep = Sweep(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("a") as out:
-        for m in args.m_list:
-            x, w1, w2, weights, ids = make_inputs(m, e, h, i, k, dtype, device, seed=args.seed)
-            ms = time_call(lambda: run(x, w1, w2, weights, ids), device, args.warmup, args.iters)  # noqa: B023
-            tok_s, us_tok = m / (ms / 1e3), 1e3 * ms / m
-            note = "" if m * k >= e else "sparse"  # fewer pairs than experts: most experts idle
-            print(f"{m} {fmt(ms, 3)} {fmt(tok_s, 0)} {fmt(us_tok, 2)} {note}".rstrip(), flush=True)
-            row = {"M": m, "ms_per_call": ms, "tok_per_s": tok_s, "us_per_token": us_tok, "note": note}
-            out.write(json.dumps(row) + "\n")
-            out.flush()
-    print(args.marker, flush=True)
+        run_sweep(sweep, args.m_list, out, args.marker)
     return 0
 
 
