@@ -10,7 +10,7 @@ pytestmark = pytest.mark.unit
 def test_schemas_have_types_ranges_and_enums():
     schemas = param_schemas({"m_list": [1, 2], "dtype": "bf16", "warmup": 3, "label": "x"}, serving=True)
     assert schemas["m_list"][1]["items"]["minimum"] == 1 and schemas["m_list"][0] == [1, 2]
-    assert schemas["dtype"][1]["enum"] == ["bf16", "fp16", "fp32"]
+    assert schemas["dtype"][1]["enum"] == ["bf16", "fp16", "fp32", "fp8"]
     assert schemas["warmup"][1]["type"] == "integer"
     assert schemas["server_args"][0] == ""
     assert "server_args" not in param_schemas({"m_list": [1]}, serving=False)

@@ -46,7 +46,18 @@ def plots(rows: pd.DataFrame, title: str) -> list[tuple[str, Any]]:
     axis.loglog(ordered["m"], ordered["us_per_token"], marker="o", base=2)
     axis.set(xlabel="tokens per call (M)", ylabel="us per token", title=f"{title}: us/token against M")
     axis.grid(alpha=0.3, which="both")
-    return [("us_per_token_vs_m.png", fig)]
+    figures = [("us_per_token_vs_m.png", fig)]
+    measured = ordered.dropna(subset=["gbps", "roofline_ms", "bytes_read"])
+    if len(measured):
+        fig, axis = plt.subplots(figsize=(7, 4))
+        axis.semilogx(measured["m"], measured["gbps"], marker="o", base=2, label="achieved")
+        roof = measured["bytes_read"] / (measured["roofline_ms"] * 1e6)  # GB/s if it ran at the roofline
+        axis.semilogx(measured["m"], roof, linestyle="--", color="black", base=2, label="roofline")
+        axis.set(xlabel="tokens per call (M)", ylabel="GB/s", title=f"{title}: bandwidth against the roofline")
+        axis.grid(alpha=0.3, which="both")
+        axis.legend()
+        figures.append(("gbps_vs_roofline.png", fig))
+    return figures
 
 
 KIND = ResultKind(
@@ -54,18 +65,22 @@ KIND = ResultKind(
     description="kernel sweep: one row per token count M",
     formats=(table.FORMAT,),
     table="kernel_results",
-    columns={"m": "int", "ms_per_call": "float", "tok_per_s": "float", "us_per_token": "float", "note": "text"},
+    columns={"m": "int", "ms_per_call": "float", "tok_per_s": "float", "us_per_token": "float", "note": "text",
+             "kernel_ms": "float", "experts": "int", "bytes_read": "float", "gbps": "float", "tflops": "float",
+             "roofline_ms": "float", "pct_roofline": "float", "pct_copy_bw": "float", "bound": "text"},
     key=("m",),
     expectations=expectations,
     derive=derive,
     servers="forbidden",
-    display="m AS M, ms_per_call, tok_per_s, us_per_token, note",
+    display="m AS M, ms_per_call, tok_per_s, us_per_token, round(gbps, 1) AS gb_s, round(pct_roofline, 1) AS "
+    "pct_roof, bound, note",
     order_by="m",
     trend={"us_per_token": "lower", "tok_per_s": "higher"},
     headline="tok_per_s",
     case_sql="'m=' || CAST(m AS TEXT)",
     wide_view="kernel_sweep_wide",
     wide_sql="SELECT v.campaign, v.dag_id, v.run_id, v.night, v.host, v.gpu_model, v.run_type, t.m, t.ms_per_call,"
-    " t.tok_per_s, t.us_per_token, t.note",
+    " t.tok_per_s, t.us_per_token, t.note, t.kernel_ms, t.experts, t.bytes_read, t.gbps, t.tflops, t.roofline_ms,"
+    " t.pct_roofline, t.pct_copy_bw, t.bound",
     plots=plots,
 )
