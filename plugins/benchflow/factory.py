@@ -1,7 +1,7 @@
 """Spec → DAG: wiring only (tasks, their bounds and their order); behaviour lives in the operators and in
 :mod:`benchflow.pipeline`. The task graph of every campaign:
 
-    preflight → acquire_host → stop_services → deploy_payload → launch_benchmark → wait_done
+    preflight → acquire_host → stop_services → gpus_free → deploy_payload → launch_benchmark → wait_done
         → stop_benchmark (teardown of launch) → restore_services (teardown of stop_services)
         → fetch_artifacts (runs whatever happened) → release_host (teardown of acquire_host)
         → parse → validate → load → detect_regressions → verdict
@@ -33,6 +33,7 @@ from benchflow.operators import (
     DeployPayloadOperator,
     DoneMarkerSensor,
     FetchArtifactsOperator,
+    GpusFreeSensor,
     LaunchBenchmarkOperator,
     LaunchServersOperator,
     PreflightOperator,
@@ -80,7 +81,7 @@ def spec_path(spec: CampaignSpec) -> Any:
 
 def build_dag(spec: CampaignSpec) -> DAG:
     timeouts = spec.timeouts
-    lease_s = timeouts.lease_seconds(len(spec.configs))
+    lease_s = spec.lease_seconds()
     with DAG(
         dag_id=spec.dag_id,
         description=spec.description or None,
@@ -105,6 +106,10 @@ def build_dag(spec: CampaignSpec) -> DAG:
         )  # fmt: skip
         stop = ServicesOperator(task_id="stop_services", services=spec.services, action="stop",
                                 execution_timeout=_seconds(timeouts.services), **on_host)  # fmt: skip
+        free = GpusFreeSensor(
+            task_id="gpus_free", max_used_mib=spec.gpus_free.max_used_mib, wait_s=spec.gpus_free.wait,
+            poke_interval=spec.gpus_free.poke_interval, retries=0, **on_host,
+        )  # fmt: skip
         deploy = DeployPayloadOperator(task_id="deploy_payload", payload=spec.payload, requires=spec.requires,
                                        execution_timeout=_seconds(timeouts.deploy), **on_host)  # fmt: skip
         restore = ServicesOperator(task_id="restore_services", services=spec.services, action="start",
@@ -115,7 +120,7 @@ def build_dag(spec: CampaignSpec) -> DAG:
             jobs=jobs, trigger_rule=TriggerRule.ALL_DONE, execution_timeout=_seconds(timeouts.fetch), **on_host,
         )  # fmt: skip
         release = ReleaseHostOperator(task_id="release_host", execution_timeout=_seconds(120), **on_host)
-        preflight >> acquire >> stop >> deploy
+        preflight >> acquire >> stop >> free >> deploy
         last >> [restore, fetch]
         restore.as_teardown(setups=stop, on_failure_fail_dagrun=True)
         [restore, fetch] >> release

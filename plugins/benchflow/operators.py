@@ -19,7 +19,7 @@ from benchflow import params
 from benchflow.hosts import Host, HostError, get_host
 from benchflow.manifest import MANIFEST_NAME
 from benchflow.paths import kernels_dir
-from benchflow.remote import jobs, layout, lease, preflight
+from benchflow.remote import gpus, jobs, layout, lease, preflight
 
 if TYPE_CHECKING:
     from airflow.providers.ssh.utils.remote_job import RemoteJobPaths
@@ -122,6 +122,39 @@ class ServicesOperator(HostOperator):
                 raise
             stopped.append(service)
         return [s.name for s in stopped]
+
+
+class GpusFreeSensor(HostOperator, BaseSensorOperator):
+    """After the services are stopped: wait until every GPU of the host uses at most ``max_used_mib`` and no
+    compute process remains; past ``wait_s``, fail naming what still holds them. A host without GPUs
+    (no ``nvidia-smi``) passes at once, and says so."""
+
+    ui_color = "#e6f4ea"
+
+    def __init__(self, *, max_used_mib: float, wait_s: float, **kwargs: Any):
+        kwargs.setdefault("timeout", wait_s + 60)
+        super().__init__(**kwargs)
+        self.max_used_mib = max_used_mib
+        self.wait_s = wait_s
+        self._first: float | None = None
+
+    def poke(self, context: Context) -> bool:
+        import time
+
+        state = gpus.parse_state(self.host.check(gpus.query_command(), 60, "query the GPUs").stdout)
+        if not state.present:
+            self.log.info("host %s has no GPUs (no nvidia-smi): nothing to wait for", self.host_id)
+            return True
+        busy = state.busy(self.max_used_mib)
+        if not busy:
+            self.log.info("GPUs free: %s MiB in use", dict(sorted(state.used_mib.items())))
+            return True
+        self._first = self._first or time.monotonic()
+        if time.monotonic() - self._first > self.wait_s:
+            raise AirflowFailException(f"GPUs of host {self.host_id!r} still busy {self.wait_s:.0f} s after the "
+                                       "services stopped:\n  " + "\n  ".join(busy))  # fmt: skip
+        self.log.info("GPUs not free yet: %s", "; ".join(busy))
+        return False
 
 
 class DeployPayloadOperator(HostOperator):

@@ -36,7 +36,8 @@ def schema_for(name: str, default: Any) -> dict[str, Any]:
     if isinstance(default, float):
         return {"type": "number", "minimum": 0}
     if isinstance(default, list):
-        return {"type": "array", "items": {"type": ["integer", "number", "string"]}, "maxItems": 256}
+        return {"type": "array", "items": {"type": ["integer", "number", "string"], "maxLength": 200,
+                                           "pattern": SAFE_TEXT}, "maxItems": 256}  # fmt: skip
     return {"type": "string", "pattern": SAFE_TEXT, "maxLength": 200}
 
 
@@ -88,8 +89,21 @@ def server_args(params: dict[str, Any] | Any) -> str:
     return " ".join(shlex.quote(word) for word in text.split())
 
 
+MAX_ARGS_CHARS = 65536  # a shell word may hold 128 KiB (MAX_ARG_STRLEN); the launch must stay well inside
+
+
 def check_conf(args: dict[str, Any], serving: bool, params: dict[str, Any] | Any) -> None:
-    """Every param of a run against its schema; raises ValueError naming the first bad one."""
-    overlay(args, params)
+    """Every param of a run against its schema, no param the campaign does not have, and a command line that
+    fits; raises ValueError naming the first problem. Runs before anything irreversible (stopping services)."""
+    from benchflow.remote.layout import render_args
+
+    known = set(args) | ({SERVER_ARGS} if serving else set())
+    unknown = sorted(set(dict(params or {})) - known)
+    if unknown:
+        raise ValueError(f"unknown param(s) {', '.join(map(repr, unknown))}; this campaign takes "
+                         f"{', '.join(sorted(known)) or 'none'}")  # fmt: skip
+    rendered = render_args(overlay(args, params))
     if serving:
-        server_args(params)
+        rendered += " " + server_args(params)
+    if len(rendered) > MAX_ARGS_CHARS:
+        raise ValueError(f"the arguments make a command line of {len(rendered)} characters (at most {MAX_ARGS_CHARS})")

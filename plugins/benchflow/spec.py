@@ -224,6 +224,14 @@ class Timeouts(_Model):
         return self.preflight + 2 * self.services + self.deploy + max(1, configs) * per_config + self.fetch + 600
 
 
+class GpusFree(_Model):
+    """When the host's GPUs count as free, checked after the services stop and before anything is deployed."""
+
+    max_used_mib: float = Field(default=1024, ge=0, description="memory in use per GPU at most")
+    wait: float = Field(default=300, gt=0, description="seconds to wait for them, then fail naming the holders")
+    poke_interval: float = Field(default=5, gt=0, le=300)
+
+
 class RegressionLimits(_Model):
     """When a metric counts as regressed (see :mod:`benchflow.regressions`)."""
 
@@ -263,6 +271,7 @@ class CampaignSpec(_Model):
     configs: list[ServingConfig] = Field(default_factory=list, description="serving: run one after another")
     benchmark: Benchmark
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    gpus_free: GpusFree = Field(default_factory=GpusFree)
     regressions: Regressions = Field(default_factory=Regressions)
 
     @field_validator("kind")
@@ -337,6 +346,10 @@ class CampaignSpec(_Model):
     @property
     def dag_id(self) -> str:
         return f"bench_{self.name}"
+
+    def lease_seconds(self) -> float:
+        """How long a run may hold its host: every stage at its timeout, the GPU wait included."""
+        return self.timeouts.lease_seconds(len(self.configs)) + self.gpus_free.wait
 
     @property
     def pool(self) -> str:

@@ -60,8 +60,8 @@ def test_every_spec_yields_a_dag_and_the_report_dag_exists(parsed):
     assert parsed["dags"]["bench_report"] == ["render_plots"]
 
 
-COMMON = {"preflight", "acquire_host", "release_host", "stop_services", "deploy_payload", "restore_services",
-          "fetch_artifacts", "parse", "validate", "load", "detect_regressions", "verdict"}  # fmt: skip
+COMMON = {"preflight", "acquire_host", "release_host", "stop_services", "gpus_free", "deploy_payload",
+          "restore_services", "fetch_artifacts", "parse", "validate", "load", "detect_regressions", "verdict"}
 BENCHMARK = {"launch_benchmark", "wait_done", "stop_benchmark"}
 SERVERS = {"launch_servers", "servers_ready", "stop_servers"}
 
@@ -112,7 +112,7 @@ def test_dag_settings():
     assert dag.task_dict["acquire_host"].is_setup and dag.task_dict["release_host"].is_teardown
     assert dag.task_dict["acquire_host"].mode == "reschedule"  # a queued campaign holds no worker slot
     t = spec.timeouts
-    lease = t.preflight + 2 * t.services + t.deploy + (2 * t.launch + t.benchmark) + t.fetch + 600
+    lease = t.preflight + 2 * t.services + t.deploy + 2 * t.launch + t.benchmark + t.fetch + 600 + spec.gpus_free.wait
     assert dag.task_dict["acquire_host"].lease_ttl_s == lease
     assert dag.dagrun_timeout.total_seconds() == t.host_wait + lease
 

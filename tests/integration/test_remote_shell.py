@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -127,3 +128,20 @@ def test_racing_campaigns_get_one_lease(host):
 def test_lease_owner_is_validated_before_reaching_a_shell():
     with pytest.raises(ValueError, match="lease owner"):
         lease.acquire_command("/tmp/w", "bench_a/x; rm -rf ~", 60)
+
+
+def test_a_full_disk_never_reports_the_lease_acquired(host):
+    """Writes to /dev/full fail with ENOSPC, as on a full disk: two campaigns racing both get an error."""
+    workdir = Path(host.workdir)
+    for owner in ("bench_a/run1", "bench_b/run1"):
+        (workdir / f"{lease.LEASE_FILE}.new").symlink_to("/dev/full")  # still full at each attempt
+        result = host.run(lease.acquire_command(host.workdir, owner, 3600), 60)
+        assert result.rc == 74 and "acquired" not in result.stdout
+        assert "cannot write the host lease (disk full?)" in result.stderr
+    assert not (workdir / lease.LEASE_FILE).exists()
+
+
+def test_preflight_fails_on_a_workdir_that_cannot_be_written(host):
+    (Path(host.workdir) / ".bench-write-probe").symlink_to("/dev/full")
+    result = host.run(preflight.facts_command(host.python, host.workdir), 60)
+    assert result.rc == 74 and "cannot be written (disk full or read-only)" in result.stderr

@@ -44,3 +44,22 @@ def test_server_args_are_checked_and_quoted():
     for bad in ("--x; reboot", "--x `id`", "--x $(id)", "a\nb"):
         with pytest.raises(ValueError, match="may hold only"):
             server_args({"server_args": bad})
+
+
+def test_a_misspelt_param_is_refused_naming_it_and_the_known_ones():
+    from benchflow.params import check_conf
+
+    with pytest.raises(ValueError, match=r"unknown param\(s\) 'm_lsit'; this campaign takes dtype, m_list"):
+        check_conf({"m_list": [1, 2], "dtype": "bf16"}, False, {"m_list": [1, 2], "m_lsit": [4]})
+    check_conf({"m_list": [1, 2]}, True, {"m_list": [4], "server_args": "--tp 2"})  # server_args: serving only
+    with pytest.raises(ValueError, match="unknown param"):
+        check_conf({"m_list": [1, 2]}, False, {"server_args": "--tp 2"})
+
+
+def test_a_command_line_too_long_for_the_shell_is_refused_before_anything_runs():
+    from benchflow.params import check_conf
+
+    args = {f"names_{i}": ["a"] for i in range(4)}
+    huge = {name: ["x" * 200] * 256 for name in args}  # each list fits its schema; together they do not fit
+    with pytest.raises(ValueError, match=r"command line of \d+ characters \(at most 65536\)"):
+        check_conf(args, False, huge)

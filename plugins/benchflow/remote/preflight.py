@@ -7,10 +7,15 @@ import shlex
 
 
 def facts_command(python: str, workdir: str) -> str:
-    """Host facts as ``key=value`` lines; exits non-zero when the payload's runtime is missing."""
+    """Host facts as ``key=value`` lines; exits non-zero when the payload's runtime is missing or the workdir
+    cannot take a write (a full disk fails here, before any service is stopped)."""
     py, wd = shlex.quote(python), shlex.quote(workdir)
+    probe = shlex.quote(f"{workdir.rstrip('/')}/.bench-write-probe")
     return (
         f"mkdir -p {wd}\n"
+        f"if ! (head -c 65536 /dev/zero > {probe}) 2>/dev/null; then rm -f {probe}\n"
+        f"  echo 'the host workdir cannot be written (disk full or read-only):' {wd} >&2; exit 74; fi\n"
+        f"rm -f {probe}\n"
         'printf "hostname=%s\\n" "$(hostname)"\n'
         'printf "os=%s\\n" "$(uname -srm)"\n'
         f'printf "disk_free_gb=%s\\n" "$(df -Pk {wd} | awk \'NR==2{{print int($4/1048576)}}\')"\n'
