@@ -60,6 +60,14 @@ CAMPAIGNS = {
     ),
     "e2e_hang": spec("fault", "bench_fault.py", {"mode": "hang", "rows": 2}, benchmark_timeout=4),
     "e2e_invalid": spec("fault", "bench_fault.py", {"mode": "inconsistent", "rows": 3}),
+    "e2e_silent": spec("fault", "bench_fault.py", {"mode": "silent", "rows": 2}),
+    "e2e_poke": spec("fault", "bench_fault.py", {"mode": "ok", "rows": 2}).replace(
+        "  args:", "  deferrable: false\n  args:"
+    ),
+    "e2e_rollback": spec("fault", "bench_fault.py", {"mode": "ok", "rows": 1}).replace(
+        SERVICES,
+        SERVICES + '  - name: stubborn\n    stop: "echo refused >> services.log; exit 1"\n    start: "true"\n',
+    ),
 }
 
 
@@ -164,6 +172,7 @@ def test_crash_fails_the_wait_at_once_keeps_rows_and_restores(campaigns, var_dir
     assert kernel_rows(run_id)["m"].tolist() == [1, 2, 4]
     record = run_row(run_id)
     assert record["status"] == "incomplete" and "without 'ALL_DONE' after 3 rows" in record["detail"]
+    assert not (host_workdir(var_dir) / ".bench-host-lease").exists()  # the failed run gave its host back
 
 
 def test_hang_is_killed_at_timeout_with_its_whole_process_group(campaigns, var_dir, capfd):
@@ -234,3 +243,36 @@ def test_preflight_refuses_a_bad_param_before_any_host_command(var_dir):
     preflight = PreflightOperator(task_id="preflight", host_id="no_such_host", benchmark_args={"m_list": [1]})
     with pytest.raises(AirflowFailException, match=r"trigger conf refused, nothing ran on the host: param 'm_list'"):
         preflight.execute({"params": {"m_list": ["$(id)"]}})  # an unknown host would fail on first use
+
+
+def test_exit_zero_without_the_marker_is_a_failure_that_keeps_its_rows(campaigns, var_dir, capfd):
+    run_id, state, tasks = run(campaigns, "e2e_silent")
+    log = "".join(capfd.readouterr())
+    assert state == "failed" and tasks["wait_done"] == "failed"
+    assert "benchmark exited with code 0 without writing 'ALL_DONE'" in log
+    assert kernel_rows(run_id)["m"].tolist() == [1, 2] and run_row(run_id)["status"] == "incomplete"
+    assert services_log(var_dir) == ["stopped", "started"]
+    assert not (host_workdir(var_dir) / ".bench-host-lease").exists()
+
+
+def test_poke_mode_waits_in_a_worker_slot_and_succeeds(campaigns, var_dir, capfd):
+    run_id, state, tasks = run(campaigns, "e2e_poke")
+    log = "".join(capfd.readouterr())
+    assert state == "success", tasks
+    assert "progress [check" in log and "Pausing task as DEFERRED" not in log
+    assert kernel_rows(run_id)["m"].tolist() == [1, 2]
+    services_log(var_dir)
+
+
+def test_a_stop_that_fails_part_way_restarts_what_it_stopped(campaigns, var_dir):
+    _, state, tasks = run(campaigns, "e2e_rollback")
+    assert state == "failed" and tasks["stop_services"] == "failed"
+    assert tasks["deploy_payload"] == "upstream_failed" and tasks["launch_benchmark"] == "upstream_failed"
+    assert services_log(var_dir) == ["stopped", "refused", "started"]  # gpu_holder came back at once
+    assert not (host_workdir(var_dir) / ".bench-host-lease").exists()
+
+
+def test_a_misspelt_conf_key_stops_the_run_before_any_service_is_touched(campaigns, var_dir):
+    dag_run = campaigns.get_dag("bench_e2e_moe").test(run_conf={"m_lsit": [4]})
+    assert str(dag_run.state) == "failed"
+    assert services_log(var_dir) == []
