@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import uuid
@@ -162,3 +163,34 @@ def test_report_draws_sweep_and_trend_with_regressions(warehouse, tmp_path):
     files = report.render(warehouse, serving.dag_id, serving.run_id, store(tmp_path, "serving"))
     assert sorted(p.name for p in files) == ["nightly_trend.png", "serving_vs_concurrency.png"]
     assert report.render(warehouse, "bench_nope", "nope", store(tmp_path, "none")) == []
+
+
+def test_thresholds_per_gpu_model_and_the_notify_hook(warehouse, tmp_path, monkeypatch):
+    from benchflow.analysis.regressions import notify
+    from benchflow.spec import Regressions
+
+    limits = Regressions(min_change=0.5, by_gpu={"NVIDIA H200": {"min_change": 0.03}})
+    assert limits.for_gpu("NVIDIA B200").min_change == 0.5 and limits.for_gpu("NVIDIA H200").min_change == 0.03
+    tonight = fill_history(warehouse, tonight_scale=0.9)
+
+    def thresholds(gpu: str) -> Thresholds:
+        chosen = limits.for_gpu(gpu)
+        return Thresholds(chosen.lookback, chosen.min_runs, chosen.z_threshold, chosen.min_change)
+
+    assert find(warehouse, tonight.dag_id, tonight.run_id, thresholds("NVIDIA B200")) == []  # 50 %: not reached
+    findings = find(warehouse, tonight.dag_id, tonight.run_id, thresholds("NVIDIA H200"))
+    assert {f.metric for f in findings} == {"tok_per_s", "us_per_token"}
+
+    module = f"alerts_probe_{uuid.uuid4().hex[:8]}"  # a module of its own per run: imports are cached
+    (tmp_path / f"{module}.py").write_text(
+        "import json, pathlib\n"
+        "def post(dag_id, run_id, findings):\n"
+        "    pathlib.Path(__file__).with_suffix('.json').write_text(json.dumps([dag_id, run_id, findings]))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    notify(f"{module}:post", tonight.dag_id, tonight.run_id, findings)
+    dag_id, run_id, sent = json.loads((tmp_path / f"{module}.json").read_text())
+    assert (dag_id, run_id) == (tonight.dag_id, tonight.run_id)
+    assert sorted(f["case_key"] for f in sent) == sorted(f.case_key for f in findings)
+    notify(f"{module}:post", "other", "run", [])  # nothing found: nobody is paged
+    assert json.loads((tmp_path / f"{module}.json").read_text())[0] == tonight.dag_id
