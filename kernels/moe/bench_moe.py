@@ -4,7 +4,7 @@
 
 Prints ``Key: value`` header lines (GPU, peaks, versions, shape, what is timed), then the column line
 
-    M ms/call tok/s us/token kernel_ms experts bytes_MB GB/s TFLOP/s roof_ms pct_roof pct_copy bound note
+    M ms/call tok/s us/token p10_ms p90_ms kernel_ms experts bytes_MB GB/s TFLOP/s roof_ms pct_roof pct_copy bound note
 
 and one row per M (flushed one by one, one JSONL object per M appended to --out as it completes),
 then the done marker. The note (free text, possibly empty) is always last. With CUDA it runs the
@@ -46,7 +46,10 @@ from roofline import BYTES, find_gpu, roofline_row
 PRODUCTION = {"experts": 384, "hidden": 7168, "inter": 2048, "topk": 8}
 CPU_SMALL = {"experts": 8, "hidden": 256, "inter": 128, "topk": 2}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": torch.bfloat16}
-COLUMNS = "M ms/call tok/s us/token kernel_ms experts bytes_MB GB/s TFLOP/s roof_ms pct_roof pct_copy bound note"
+COLUMNS = (
+    "M ms/call tok/s us/token p10_ms p90_ms kernel_ms experts bytes_MB GB/s TFLOP/s roof_ms pct_roof pct_copy "
+    "bound note"
+)
 
 
 def fmt(value: float, decimals: int) -> str:
@@ -68,6 +71,17 @@ def parse_m_list(text: str) -> list[int]:
 # ----------------------------------------------------------------------------------------------
 
 
+def spread(samples: list[float]) -> tuple[float, float]:
+    """p10 and p90 of the timed calls (the spread behind a median), inclusive quantiles."""
+    if len(samples) < 2:
+        return samples[0], samples[0]
+    deciles = statistics.quantiles(samples, n=10, method="inclusive")
+    return deciles[0], deciles[-1]
+
+
+LAST_SAMPLES: list[float] = []  # the timed calls behind the last median, for spread()
+
+
 def time_cpu(fn: Callable[[], Any], warmup: int, iters: int) -> float:
     """Median wall milliseconds per call after ``warmup`` calls, over ``iters`` calls."""
     for _ in range(warmup):
@@ -77,6 +91,7 @@ def time_cpu(fn: Callable[[], Any], warmup: int, iters: int) -> float:
         start = time.perf_counter()
         fn()
         samples.append((time.perf_counter() - start) * 1e3)
+    LAST_SAMPLES[:] = samples
     return statistics.median(samples)
 
 
@@ -93,7 +108,8 @@ def time_cuda(fn: Callable[[], Any], warmup: int, iters: int) -> float:
         fn()
         end.record()
     torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in events)
+    LAST_SAMPLES[:] = [start.elapsed_time(end) for start, end in events]
+    return statistics.median(LAST_SAMPLES)
 
 
 def capture_graph(fn: Callable[[], Any]) -> Callable[[], Any] | None:
@@ -275,11 +291,13 @@ class Sweep:
             # the torch path synchronises (torch.unique, torch.where): only the Triton call is captured
             replay = None if self.args.no_graph or self.impl != "triton" else capture_graph(call)
             ms = eager_ms if replay is None else time_cuda(replay, self.args.warmup, self.args.iters)
+            p10, p90 = spread(LAST_SAMPLES)
             timed_as = "eager" if replay is None else "cuda_graph"
             if not self.args.no_profile:
                 kernel_ms = kernel_time_ms(call, max(3, min(self.args.iters, 10)))
         else:
             ms = time_cpu(call, self.args.warmup, self.args.iters)
+            p10, p90 = spread(LAST_SAMPLES)
             eager_ms = ms
         roof = roofline_row(m, ms, experts, h, i, k, self.args.dtype, self.peak_gbps, self.peak_tflops, self.copy_gbps)
         notes = [] if m * k >= e else ["sparse"]  # fewer pairs than experts: most experts idle
@@ -294,6 +312,8 @@ class Sweep:
             "ms_per_call": ms,
             "tok_per_s": m / (ms / 1e3),
             "us_per_token": 1e3 * ms / m,
+            "p10_ms": p10,
+            "p90_ms": p90,
             "kernel_ms": kernel_ms,
             "experts": experts,
             "bytes_read": roof.bytes_read,
@@ -319,6 +339,8 @@ def format_row(row: dict[str, Any]) -> str:
         fmt(row["ms_per_call"], 3),
         fmt(row["tok_per_s"], 0),
         fmt(row["us_per_token"], 2),
+        fmt(row["p10_ms"], 3),
+        fmt(row["p90_ms"], 3),
         fmt(row["kernel_ms"], 3),
         str(row["experts"]),
         fmt(row["bytes_read"] / 1e6, 1),

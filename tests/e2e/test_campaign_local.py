@@ -143,7 +143,7 @@ def test_healthy_campaign_loads_validated_rows_matching_the_jsonl(campaigns, var
     assert extras == [{"dag_id": "bench_e2e_moe", "run_id": run_id, "campaign": "e2e_moe"}]
     out = artifact_store("bench_e2e_moe", run_id) / "report"
     plots = report.render(Warehouse.from_airflow(read_only=True), "bench_e2e_moe", run_id, out)
-    assert {p.name for p in plots} == {"us_per_token_vs_m.png", "nightly_trend.png"}
+    assert {p.name for p in plots} == {"us_per_token_vs_m.png", "gbps_vs_roofline.png", "nightly_trend.png"}
 
     # Rerun the load task of the same run, as `airflow tasks test` does after a clear: no new rows.
     env = {**os.environ}

@@ -47,6 +47,7 @@ class SideTable:
     table: str
     columns: Mapping[str, ColumnType]
     file: str  # in the run's artifacts, JSON lines
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # for rows that do not say
 
 
 @dataclass(frozen=True)
@@ -65,12 +66,16 @@ class ResultKind:
     trend: Mapping[str, Better]  # metrics judged night over night, and which way is better
     headline: str  # the metric a trend plot shows
     case_sql: str  # SQL over the kind's wide view giving a case's key text, e.g. 'm=' || m
+    point_sql: str  # the same without the config, so that configs can be compared point by point
+    group_sql: str  # the config a row belongs to ('NULL' when the kind has none)
     wide_view: str  # analyst view: the kind's rows of valid runs, with the run's provenance
     wide_sql: str  # its SELECT (over the table aliased ``t`` joined to ``valid_runs v``)
     derive: Callable[[pd.DataFrame], pd.DataFrame] = _no_derived  # columns only the suite checks
     suite_params: Callable[[Any, Mapping[str, Any]], dict[str, Any]] = _no_params  # (benchmark, run args)
     parser_options: Callable[[Any], dict[str, Any]] = _no_options  # (benchmark) → options for parse
     takes_patterns: bool = False  # the spec's benchmark.patterns configure its format
+    repeat_sql: str = "1"  # which repeat of its case a row is
+    warmup_sql: str = "FALSE"  # rows kept but left out of every statistic
     row_defaults: tuple[str, ...] = ()  # run arguments that fill columns a format leaves empty
     side_tables: tuple[SideTable, ...] = ()
     plots: Callable[[pd.DataFrame, str], list[tuple[str, Any]]] | None = None  # (run rows, title) → figures

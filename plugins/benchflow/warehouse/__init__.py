@@ -317,10 +317,10 @@ class Warehouse:
 def _side_frame(side: Any, rows: list[dict[str, Any]]) -> pd.DataFrame:
     import pandas as pd
 
-    frame = pd.DataFrame.from_records(rows, columns=list(side.columns))
+    frame = pd.DataFrame.from_records([{**side.defaults, **row} for row in rows], columns=list(side.columns))
     for column, kind in side.columns.items():
         if kind == "text":
-            frame[column] = frame[column].fillna("").astype("object")
+            frame[column] = frame[column].astype("object")
     return frame
 
 

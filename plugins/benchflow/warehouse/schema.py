@@ -28,22 +28,41 @@ def statements(script: str) -> list[str]:
 
 
 def view_statements() -> tuple[list[str], list[str]]:
-    """(drops, creates) for every analyst view, dependents first in the drops."""
+    """(drops, creates) for every analyst view, dependents first in the drops.
+
+    Each kind adds its wide view and its trend metrics; ``metric_samples`` has one row per repeat of a
+    case and metric (warm-ups left out), ``case_summary`` the mean, median, standard deviation and 95 %
+    Student-t interval over a run's repeats, and ``metric_history`` each run's mean, which the regression
+    check reads as the nightly series.
+    """
     creates = statements((SQL_DIR / "views.sql").read_text())
-    history: list[str] = []
+    samples: list[str] = []
     for kind in kinds.all_kinds():
         creates.append(
             f"CREATE VIEW {kind.wide_view} AS {kind.wide_sql} FROM {kind.table} t "
             "JOIN valid_runs v ON v.dag_id = t.dag_id AND v.run_id = t.run_id"
         )
-        history += [
-            f"SELECT campaign, dag_id, run_id, night, host, gpu_model, run_type, {kind.case_sql} AS case_key, "
-            f"'{metric}' AS metric, CAST({metric} AS DOUBLE PRECISION) AS value FROM {kind.wide_view} "
-            f"WHERE {metric} IS NOT NULL"
+        samples += [
+            "SELECT campaign, dag_id, run_id, night, host, gpu_model, run_type, "
+            f"CAST({kind.group_sql} AS TEXT) AS config, {kind.point_sql} AS point, {kind.case_sql} AS case_key, "
+            f"{kind.repeat_sql} AS repeat, '{metric}' AS metric, CAST({metric} AS DOUBLE PRECISION) AS value "
+            f"FROM {kind.wide_view} "
+            f"WHERE {metric} IS NOT NULL AND NOT ({kind.warmup_sql})"
             for metric in kind.trend
         ]
-    creates.append("CREATE VIEW metric_history AS " + " UNION ALL ".join(history))
-    views = ["metric_history", *(k.wide_view for k in kinds.all_kinds()), *reversed(BASE_VIEWS)]
+    group = "campaign, dag_id, run_id, night, host, gpu_model, run_type, config, point, case_key, metric"
+    creates += [
+        "CREATE VIEW metric_samples AS " + " UNION ALL ".join(samples),
+        f"CREATE VIEW case_summary AS SELECT g.*, g.mean - t.t975 * g.std / SQRT(g.n) AS ci_low, "
+        f"g.mean + t.t975 * g.std / SQRT(g.n) AS ci_high FROM (SELECT {group}, COUNT(*) AS n, AVG(value) AS mean, "
+        f"percentile_cont(0.5) WITHIN GROUP (ORDER BY value) AS median, STDDEV_SAMP(value) AS std "
+        f"FROM metric_samples GROUP BY {group}) g "
+        "LEFT JOIN student_t t ON t.df = CASE WHEN g.n - 1 > 200 THEN 200 ELSE g.n - 1 END",
+        "CREATE VIEW metric_history AS SELECT campaign, dag_id, run_id, night, host, gpu_model, run_type, case_key, "
+        "metric, mean AS value, n FROM case_summary",
+    ]
+    views = ["metric_history", "case_summary", "metric_samples", *(k.wide_view for k in kinds.all_kinds()),
+             *reversed(BASE_VIEWS)]  # fmt: skip
     return [f"DROP VIEW IF EXISTS {name}" for name in views], creates
 
 
@@ -57,15 +76,17 @@ def migrate(warehouse: Warehouse) -> list[str]:
                    "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMP WITH TIME ZONE NOT NULL)")
         tx.execute("CREATE TABLE IF NOT EXISTS schema_state (name TEXT PRIMARY KEY, sha256 TEXT NOT NULL)")
         done = {row[0] for row in tx.rows("SELECT version FROM schema_migrations")}
-        for script in sorted(SQL_DIR.glob("[0-9][0-9][0-9][0-9]_*.sql")):
+        pending = [s for s in sorted(SQL_DIR.glob("[0-9][0-9][0-9][0-9]_*.sql")) if int(s.name[:4]) not in done]
+        drops, creates = view_statements()
+        if pending:  # a migration may rebuild a table the views read: they go first and come back after
+            for statement in drops:
+                tx.execute(statement)
+        for script in pending:
             version = int(script.name[:4])
-            if version in done:
-                continue
             for statement in statements(script.read_text()):
                 tx.execute(statement)
             tx.insert("schema_migrations", [version, script.name, datetime.now(UTC)])
             applied.append(script.name)
-        drops, creates = view_statements()
         digest = hashlib.sha256("\n".join(creates).encode()).hexdigest()
         current = tx.rows(f"SELECT sha256 FROM schema_state WHERE name = {tx.p}", ["views"])
         if applied or not current or current[0][0] != digest:

@@ -48,6 +48,8 @@ KIND = ResultKind(
     trend={},
     headline="value",
     case_sql="COALESCE(case_key, 'seq=' || CAST(seq AS TEXT))",
+    point_sql="COALESCE(case_key, 'seq=' || CAST(seq AS TEXT))",
+    group_sql="NULL",
     wide_view="generic_wide",
     wide_sql="SELECT v.campaign, v.dag_id, v.run_id, v.night, v.host, v.gpu_model, v.run_type, t.seq, t.metric,"
     " t.value, t.unit, t.line, t.case_key",

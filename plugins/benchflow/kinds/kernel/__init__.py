@@ -65,9 +65,12 @@ KIND = ResultKind(
     description="kernel sweep: one row per token count M",
     formats=(table.FORMAT,),
     table="kernel_results",
-    columns={"m": "int", "ms_per_call": "float", "tok_per_s": "float", "us_per_token": "float", "note": "text",
-             "kernel_ms": "float", "experts": "int", "bytes_read": "float", "gbps": "float", "tflops": "float",
-             "roofline_ms": "float", "pct_roofline": "float", "pct_copy_bw": "float", "bound": "text"},
+    columns={
+        "m": "int", "ms_per_call": "float", "tok_per_s": "float", "us_per_token": "float", "note": "text",
+        "p10_ms": "float", "p90_ms": "float", "kernel_ms": "float", "experts": "int", "bytes_read": "float",
+        "gbps": "float", "tflops": "float", "roofline_ms": "float", "pct_roofline": "float", "pct_copy_bw": "float",
+        "bound": "text",
+    },
     key=("m",),
     expectations=expectations,
     derive=derive,
@@ -78,9 +81,13 @@ KIND = ResultKind(
     trend={"us_per_token": "lower", "tok_per_s": "higher"},
     headline="tok_per_s",
     case_sql="'m=' || CAST(m AS TEXT)",
+    point_sql="'m=' || CAST(m AS TEXT)",
+    group_sql="NULL",
+
     wide_view="kernel_sweep_wide",
     wide_sql="SELECT v.campaign, v.dag_id, v.run_id, v.night, v.host, v.gpu_model, v.run_type, t.m, t.ms_per_call,"
-    " t.tok_per_s, t.us_per_token, t.note, t.kernel_ms, t.experts, t.bytes_read, t.gbps, t.tflops, t.roofline_ms,"
+    " t.tok_per_s, t.us_per_token, t.note, t.p10_ms, t.p90_ms, t.kernel_ms, t.experts, t.bytes_read, t.gbps,"
+    " t.tflops, t.roofline_ms,"
     " t.pct_roofline, t.pct_copy_bw, t.bound",
     plots=plots,
 )

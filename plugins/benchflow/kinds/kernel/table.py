@@ -7,7 +7,8 @@
     ALL_DONE
 
 Between us/token and the note, a table may carry more named columns; those this kind stores (the
-payload's roofline columns: ``kernel_ms experts bytes_MB GB/s TFLOP/s roof_ms pct_roof pct_copy bound``)
+payload's spread and roofline columns: ``p10_ms p90_ms kernel_ms experts bytes_MB GB/s TFLOP/s roof_ms pct_roof
+pct_copy bound``)
 are read, others are skipped with a warning. The note column is optional free text.
 
 Without the done marker the run is incomplete and the rows
@@ -32,6 +33,7 @@ COLUMNS_RE = re.compile(
 )
 # extra column header → (row key, scale); text columns have scale None
 EXTRA_COLUMNS: dict[str, tuple[str, float | None]] = {
+    "p10_ms": ("p10_ms", 1.0), "p90_ms": ("p90_ms", 1.0),
     "kernel_ms": ("kernel_ms", 1.0), "experts": ("experts", 1.0), "bytes_MB": ("bytes_read", 1e6),
     "GB/s": ("gbps", 1.0), "TFLOP/s": ("tflops", 1.0), "roof_ms": ("roofline_ms", 1.0),
     "pct_roof": ("pct_roofline", 1.0), "pct_copy": ("pct_copy_bw", 1.0), "bound": ("bound", None),

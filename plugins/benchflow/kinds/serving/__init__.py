@@ -34,7 +34,7 @@ def expectations(swept: list[int] | None = None) -> list[Any]:
         e.ExpectColumnValuesToNotBeNull(column=c) for c in ("config", "concurrency", "num_prompts", "completed")
     ]
     checks += [
-        e.ExpectCompoundColumnsToBeUnique(column_list=["config", "concurrency"]),
+        e.ExpectCompoundColumnsToBeUnique(column_list=["config", "concurrency", "repeat"]),
         e.ExpectColumnValuesToBeBetween(column="completed", min_value=1),
         e.ExpectColumnValuesToBeBetween(column="unaccounted_prompts", min_value=0, max_value=0),
         e.ExpectColumnValuesToBeBetween(column="e2e_minus_ttft_ms", min_value=0),
@@ -72,15 +72,16 @@ def plots(rows: pd.DataFrame, title: str) -> list[tuple[str, Any]]:
 
 
 def _type(column: str) -> ColumnType:
-    return "text" if column == "config" else "int" if column in _INTS else "float"
+    return "text" if column == "config" else "bool" if column == "warmup" else "int" if column in _INTS else "float"
 
 
 REQUESTS = SideTable(
     table="serving_requests",
-    columns={"config": "text", "concurrency": "int", "seq": "int", "ok": "bool", "input_len": "int",
-             "output_tokens": "int", "ttft_ms": "float", "e2e_ms": "float", "mean_itl_ms": "float",
+    columns={"config": "text", "concurrency": "int", "repeat": "int", "seq": "int", "ok": "bool",
+             "input_len": "int", "output_tokens": "int", "ttft_ms": "float", "e2e_ms": "float", "mean_itl_ms": "float",
              "error": "text"},
     file="requests.jsonl",
+    defaults={"repeat": 1, "error": ""},
 )
 
 KIND = ResultKind(
@@ -89,23 +90,27 @@ KIND = ResultKind(
     formats=(log.FORMAT, sglang_jsonl.FORMAT, vllm_json.FORMAT),
     table="serving_results",
     columns={column: _type(column) for column in COLUMNS},
-    key=("config", "concurrency"),
+    key=("config", "concurrency", "repeat"),
     expectations=expectations,
     derive=derive,
     suite_params=suite_params,
     servers="required",
-    display="config, concurrency, num_prompts, completed, round(output_throughput, 1) AS out_tok_s, "
+    display="config, concurrency, repeat, warmup, num_prompts, completed, round(output_throughput, 1) AS out_tok_s, "
     "round(mean_ttft_ms, 2) AS ttft_ms, round(mean_tpot_ms, 2) AS tpot_ms, round(mean_itl_ms, 2) AS itl_ms, "
     "round(mean_e2e_ms, 1) AS e2e_ms",
-    order_by="config, concurrency",
+    order_by="config, concurrency, repeat",
     trend={"output_throughput": "higher", "mean_ttft_ms": "lower", "mean_tpot_ms": "lower"},
     headline="output_throughput",
     case_sql="'config=' || config || ',concurrency=' || CAST(concurrency AS TEXT)",
+    point_sql="'concurrency=' || CAST(concurrency AS TEXT)",
+    group_sql="config",
+    repeat_sql="repeat",
+    warmup_sql="warmup",
     wide_view="serving_wide",
     wide_sql="SELECT v.campaign, v.dag_id, v.run_id, v.night, v.host, v.gpu_model, v.run_type, t.config,"
-    " t.concurrency, t.num_prompts, t.completed, t.failed, t.input_len, t.output_len, t.request_throughput,"
-    " t.output_throughput, t.total_throughput, t.mean_ttft_ms, t.median_ttft_ms, t.p99_ttft_ms, t.mean_tpot_ms,"
-    " t.p99_tpot_ms, t.mean_itl_ms, t.p99_itl_ms, t.mean_e2e_ms, t.p99_e2e_ms",
+    " t.concurrency, t.repeat, t.warmup, t.num_prompts, t.completed, t.failed, t.input_len, t.output_len,"
+    " t.request_throughput, t.output_throughput, t.total_throughput, t.mean_ttft_ms, t.median_ttft_ms,"
+    " t.p99_ttft_ms, t.mean_tpot_ms, t.p99_tpot_ms, t.mean_itl_ms, t.p99_itl_ms, t.mean_e2e_ms, t.p99_e2e_ms",
     row_defaults=("input_len", "output_len", "num_prompts"),  # the run's arguments, where the output has none
     side_tables=(REQUESTS,),
     plots=plots,

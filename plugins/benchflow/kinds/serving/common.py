@@ -11,14 +11,14 @@ from benchflow.parsing import to_float
 METRICS = ("ttft", "tpot", "itl", "e2e")
 STATS = ("mean", "median", "std", "p90", "p95", "p99", "max")
 COLUMNS = (
-    "config", "concurrency", "num_prompts", "input_len", "output_len", "completed", "failed", "duration_s",
-    "total_input_tokens",
+    "config", "concurrency", "repeat", "warmup", "num_prompts", "input_len", "output_len", "completed", "failed",
+    "duration_s", "total_input_tokens",
     "total_output_tokens", "request_throughput", "input_throughput", "output_throughput", "total_throughput",
     "peak_output_throughput", "peak_concurrent_requests",
     *(f"{stat}_{metric}_ms" for metric in METRICS for stat in STATS),
     "request_rate", "goodput", "accept_length",  # v6 (include/sql/0006_serving_columns.sql)
 )  # fmt: skip
-INTS = ("concurrency", "num_prompts", "input_len", "output_len", "completed", "failed", "total_input_tokens",
+INTS = ("concurrency", "repeat", "num_prompts", "input_len", "output_len", "completed", "failed", "total_input_tokens",
         "total_output_tokens", "peak_concurrent_requests")  # fmt: skip
 
 _JSON_KEYS = {
@@ -32,7 +32,7 @@ _JSON_KEYS = {
     "random_input_len": "input_len", "random_output_len": "output_len", "input_len": "input_len",
     "output_len": "output_len", "request_rate": "request_rate", "request_goodput": "goodput",
     "goodput": "goodput", "accept_length": "accept_length", "acceptance_length": "accept_length",
-    "spec_decode_acceptance_length": "accept_length",
+    "spec_decode_acceptance_length": "accept_length", "repeat": "repeat",
 }  # fmt: skip
 _JSON_LATENCY_RE = re.compile(
     r"^(?P<stat>mean|median|std|p90|p95|p99|max)_(?P<metric>ttft|tpot|itl|e2el|e2e_latency)_ms$"
@@ -68,9 +68,10 @@ def leading_number(text: str) -> tuple[float | None, str]:
     return (0.0 if result == 0 else result), found["rest"].strip()
 
 
-def empty_row(config: str | None = None, concurrency: int | None = None, prompts: int | None = None) -> dict:
+def empty_row(config: str | None = None, concurrency: int | None = None, prompts: int | None = None,
+              repeat: int = 1, warmup: bool = False) -> dict:  # fmt: skip
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
-    row.update(config=config or "default", concurrency=concurrency, num_prompts=prompts)
+    row.update(config=config or "default", concurrency=concurrency, num_prompts=prompts, repeat=repeat, warmup=warmup)
     return row
 
 
@@ -84,7 +85,7 @@ def finish(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def from_json(obj: dict[str, Any], config: str | None) -> dict[str, Any]:
-    row = empty_row(config)
+    row = empty_row(config, warmup=obj.get("warmup") is True)  # the sweep driver marks warm-up phases
     for key, value in obj.items():
         if isinstance(value, str):
             try:

@@ -36,8 +36,12 @@ NAME = "log"
 DETECT_CHARS = 4_000_000  # detect looks at this much of the output at most
 SUSPENDED_LINES = 40  # a suspended block resumes only within this many lines
 
-# ===== PD concurrency=8 (n=24) =====        (the project's own sweep driver)
-PHASE_RE = re.compile(r"={3,}\s*(?P<config>\S.*?)\s+concurrency=(?P<c>\d+)\s+\(n=(?P<n>\d+)\)\s*={3,}\s*$")
+# ===== PD concurrency=8 (n=24) =====   /   ... (n=24) repeat=2 =====   /   ... (n=8) warmup =====
+# (the project's own sweep driver: a phase, the repeat of it, or the warm-up phase whose results are kept, marked)
+PHASE_RE = re.compile(
+    r"={3,}\s*(?P<config>\S.*?)\s+concurrency=(?P<c>\d+)\s+\(n=(?P<n>\d+)\)"
+    r"(?:\s+repeat=(?P<repeat>\d+)|\s+(?P<warmup>warmup))?\s*={3,}\s*$"
+)
 # ============ Serving Benchmark Result ============   /   --- Serving Benchmark Result ---
 # 100%|██████████| 80/80 [00:12<00:00]============ Serving Benchmark Result ============   (glued to tqdm)
 # ====== Offline Throughput Benchmark Result =======   (SGLang bench_offline_throughput: the same labels)
@@ -165,10 +169,15 @@ class _Block:
         return PREFIX_RE.sub("", line, count=1)
 
 
+def _phase_name(phase: tuple[str, int, int, int, bool]) -> str:
+    config, concurrency, _, repeat, warmup = phase
+    return f"{config} concurrency={concurrency}" + (" warmup" if warmup else f" repeat={repeat}" if repeat > 1 else "")
+
+
 def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
     notes = Notes()
     rows: list[dict[str, Any]] = []
-    phase: tuple[str, int, int] | None = None
+    phase: tuple[str, int, int, int, bool] | None = None
     phase_rows = 0
     empty_phases: list[str] = []  # phases whose client printed no result block (a failed phase)
     above: dict[str, Any] = {}  # values printed above the next block
@@ -207,8 +216,8 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
 
     def open_block(at: int, prefix: str) -> None:
         nonlocal block
-        config, concurrency, prompts = phase or (None, None, None)
-        row = empty_row(config, concurrency, prompts)
+        config, concurrency, prompts, repeat, warmup = phase or (None, None, None, 1, False)
+        row = empty_row(config, concurrency, prompts, repeat, warmup)
         for column, value in above.items():
             if row[column] is None:
                 row[column] = value
@@ -284,7 +293,9 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
         if "concurrency=" in line and (match := PHASE_RE.search(line)):
             if phase is not None and phase_rows == 0:
                 empty_phases.append(f"{phase[0]} concurrency={phase[1]}")
-            phase, phase_rows = (match["config"], int(match["c"]), int(match["n"])), 0
+            warmup = match["warmup"] is not None
+            repeat = 0 if warmup else int(match["repeat"] or 1)
+            phase, phase_rows = (match["config"], int(match["c"]), int(match["n"]), repeat, warmup), 0
             above.clear()
             half_header = None
             continue
@@ -310,7 +321,7 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
     if block is not None:
         close("eof", last)
     if complete and phase is not None and phase_rows == 0:
-        empty_phases.append(f"{phase[0]} concurrency={phase[1]}")
+        empty_phases.append(_phase_name(phase))
     if empty_phases:
         complete = False
         notes.warn(None, f"phases without a result: {', '.join(empty_phases)}")
