@@ -1,11 +1,18 @@
 """Did tonight's run regress, beyond noise?
 
 For every case and metric of a run, the baseline is the same metric of the same case in the previous
-``lookback`` valid scheduled runs of the same campaign on the same GPU model (``metric_history``).
-A regression needs both a lookback z-score past ``z_threshold`` in the worse direction (as conbench
-judges a result against its history's distribution) and a relative change of at least
-``min_change``, so neither a tiny-but-quiet shift nor one noisy night raises it. Which way is worse
-is known per metric. Thresholds are data in the spec, overridable per GPU model (ReFrame-style).
+``lookback`` valid scheduled runs of the same campaign on the same GPU model. A regression always needs a
+relative change of at least ``min_change`` in the worse direction, and a history of ``min_runs`` nights;
+then the spread decides:
+
+* when tonight repeated the case (serving phases repeat 3 times by default), tonight's repeats are compared
+  with every repeat of the baseline nights (:func:`benchflow.analysis.stats.compare`: Welch's t on the logs):
+  the 95 % interval of the ratio must lie wholly on the worse side of 1;
+* with one value a night (a kernel sweep), the lookback z-score of tonight's value must pass ``z_threshold``
+  (as conbench judges a result against its history's distribution).
+
+Which way is worse is known per metric (each kind declares it). Thresholds are data in the spec,
+overridable per GPU model (ReFrame-style). A finding records its interval and which test made it.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from __future__ import annotations
 import importlib
 import statistics
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from benchflow import kinds
 from benchflow.warehouse import Finding
@@ -38,6 +45,30 @@ class Thresholds:
     min_change: float = 0.05
 
 
+def judge_repeats(tonight: list[float], baseline: list[float], history: list[float], metric: str,
+                  limits: Thresholds) -> Finding | None:  # fmt: skip
+    """A finding when tonight's repeats are worse than the baseline nights' repeats: the ratio's 95 % interval
+    lies on the worse side of 1 and its point estimate changes by at least ``min_change``."""
+    from benchflow.analysis.stats import compare
+
+    if len(history) < limits.min_runs or len(tonight) < 2 or len(baseline) < 2:
+        return None
+    worse = direction(metric)
+    better: Literal["higher", "lower"] = "higher" if worse == "higher_is_better" else "lower"
+    result = compare(baseline, tonight, better)
+    change = result.ratio - 1
+    if better == "higher":
+        regressed = result.ratio_high < 1 and change <= -limits.min_change
+    else:
+        regressed = result.ratio_low > 1 and change >= limits.min_change
+    if not regressed:
+        return None
+    mean, std = result.a.mean, result.a.std
+    z = (result.b.mean - mean) / max(std, abs(mean) * 1e-6)
+    return Finding("", metric, result.b.mean, mean, std, len(history), change, z, worse, result.ratio_low,
+                   result.ratio_high, result.p_value, "welch-log")  # fmt: skip
+
+
 def judge(value: float, history: list[float], metric: str, limits: Thresholds) -> Finding | None:
     """A finding when ``value`` is worse than ``history`` beyond noise and beyond the minimum change."""
     if len(history) < limits.min_runs:
@@ -56,40 +87,61 @@ def judge(value: float, history: list[float], metric: str, limits: Thresholds) -
         regressed = z >= limits.z_threshold and change >= limits.min_change
     if not regressed:
         return None
-    return Finding("", metric, value, mean, std, len(history), change, z, worse)
+    return Finding("", metric, value, mean, std, len(history), change, z, worse, test="z")
 
 
 def find(warehouse: Warehouse, dag_id: str, run_id: str, limits: Thresholds) -> list[Finding]:
     """Judge every case and metric of one loaded run against its baseline; returns the findings."""
     p = warehouse.p
     current = warehouse.query(
-        "SELECT h.case_key, h.metric, h.value, r.gpu_model, r.campaign, COALESCE(r.logical_date, r.started_at) AS t "
-        "FROM metric_history h JOIN runs r ON r.dag_id = h.dag_id AND r.run_id = h.run_id "
-        f"WHERE h.dag_id = {p} AND h.run_id = {p}",
+        "SELECT h.case_key, h.metric, h.value, h.n, r.gpu_model, r.campaign, "
+        "COALESCE(r.logical_date, r.started_at) AS t FROM metric_history h "
+        f"JOIN runs r ON r.dag_id = h.dag_id AND r.run_id = h.run_id WHERE h.dag_id = {p} AND h.run_id = {p}",
         [dag_id, run_id],
     )
+    if not len(current):
+        return []
+    first = current.iloc[0]
+    history = warehouse.query(
+        "SELECT case_key, metric, value, run_id FROM ("
+        "  SELECT h.case_key, h.metric, h.value, h.run_id, ROW_NUMBER() OVER ("
+        "    PARTITION BY h.case_key, h.metric ORDER BY COALESCE(r.logical_date, r.started_at) DESC) AS back"
+        "  FROM metric_history h JOIN runs r ON r.dag_id = h.dag_id AND r.run_id = h.run_id"
+        f"  WHERE h.campaign = {p} AND h.run_type = 'scheduled' AND h.gpu_model = {p} AND h.run_id <> {p}"
+        f"    AND COALESCE(r.logical_date, r.started_at) < {p}"
+        f") recent WHERE back <= {p}",
+        [first["campaign"], first["gpu_model"], run_id, first["t"], limits.lookback],
+    )
+    nights: dict[tuple[str, str], list[float]] = {}
+    runs: dict[tuple[str, str], set[str]] = {}
+    for row in history.itertuples(index=False):
+        nights.setdefault((row.case_key, row.metric), []).append(float(row.value))
+        runs.setdefault((row.case_key, row.metric), set()).add(str(row.run_id))
+    samples = _samples(warehouse, str(first["campaign"]), str(first["gpu_model"])) if (current["n"] > 1).any() else {}
     findings: list[Finding] = []
-    if len(current):
-        first = current.iloc[0]
-        history = warehouse.query(
-            "SELECT case_key, metric, value, run_id FROM ("
-            "  SELECT h.case_key, h.metric, h.value, h.run_id, ROW_NUMBER() OVER ("
-            "    PARTITION BY h.case_key, h.metric ORDER BY COALESCE(r.logical_date, r.started_at) DESC) AS back"
-            "  FROM metric_history h JOIN runs r ON r.dag_id = h.dag_id AND r.run_id = h.run_id"
-            f"  WHERE h.campaign = {p} AND h.run_type = 'scheduled' AND h.gpu_model = {p} AND h.run_id <> {p}"
-            f"    AND COALESCE(r.logical_date, r.started_at) < {p}"
-            f") recent WHERE back <= {p}",
-            [first["campaign"], first["gpu_model"], run_id, first["t"], limits.lookback],
-        )
-        baseline: dict[tuple[str, str], list[float]] = {}
-        for row in history.itertuples(index=False):
-            baseline.setdefault((row.case_key, row.metric), []).append(float(row.value))
-        for row in current.itertuples(index=False):
-            found = judge(float(row.value), baseline.get((row.case_key, row.metric), []), row.metric, limits)
-            if found is not None:
-                found.case_key = row.case_key
-                findings.append(found)
+    for row in current.itertuples(index=False):
+        case = (row.case_key, row.metric)
+        if row.n > 1:
+            tonight = samples.get((*case, run_id), [])
+            baseline = [v for other in runs.get(case, ()) for v in samples.get((*case, other), [])]
+            found = judge_repeats(tonight, baseline, nights.get(case, []), row.metric, limits)
+        else:
+            found = judge(float(row.value), nights.get(case, []), row.metric, limits)
+        if found is not None:
+            found.case_key = row.case_key
+            findings.append(found)
     return findings
+
+
+def _samples(warehouse: Warehouse, campaign: str, gpu_model: str) -> dict[tuple[str, str, str], list[float]]:
+    """Every repeat of the campaign's valid runs on this GPU model, by (case, metric, run)."""
+    p = warehouse.p
+    rows = warehouse.query(f"SELECT case_key, metric, run_id, value FROM metric_samples WHERE campaign = {p} "
+                           f"AND gpu_model = {p}", [campaign, gpu_model])  # fmt: skip
+    found: dict[tuple[str, str, str], list[float]] = {}
+    for row in rows.itertuples(index=False):
+        found.setdefault((row.case_key, row.metric, str(row.run_id)), []).append(float(row.value))
+    return found
 
 
 def notify(callback: str | None, dag_id: str, run_id: str, findings: list[Finding]) -> None:

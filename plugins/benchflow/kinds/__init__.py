@@ -76,6 +76,7 @@ class ResultKind:
     takes_patterns: bool = False  # the spec's benchmark.patterns configure its format
     repeat_sql: str = "1"  # which repeat of its case a row is
     warmup_sql: str = "FALSE"  # rows kept but left out of every statistic
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # a column's value when a row leaves it empty
     row_defaults: tuple[str, ...] = ()  # run arguments that fill columns a format leaves empty
     side_tables: tuple[SideTable, ...] = ()
     plots: Callable[[pd.DataFrame, str], list[tuple[str, Any]]] | None = None  # (run rows, title) → figures
@@ -97,7 +98,9 @@ class ResultKind:
         """Rows as a DataFrame with this kind's columns in load order, numbers typed as numbers."""
         import pandas as pd
 
-        frame = pd.DataFrame.from_records(rows, columns=list(self.columns))
+        filled = [{**self.defaults, **{k: v for k, v in r.items() if v is not None or k not in self.defaults}}
+                  for r in rows]  # fmt: skip
+        frame = pd.DataFrame.from_records(filled, columns=list(self.columns))
         for column, kind in self.columns.items():
             if kind in ("int", "float"):
                 frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")

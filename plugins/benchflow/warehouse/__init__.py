@@ -94,6 +94,10 @@ class Finding:
     relative_change: float
     z_score: float
     direction: str
+    ci_low: float | None = None  # 95 % interval of value / baseline, when tonight had repeats
+    ci_high: float | None = None
+    p_value: float | None = None
+    test: str = "z"  # 'welch-log' (tonight's repeats against the baseline's) or 'z' (one value a night)
 
 
 class Transaction:
@@ -275,7 +279,7 @@ class Warehouse:
             for f in findings:
                 tx.insert("regressions", [dag_id, run_id, f.case_key, f.metric, f.value, f.baseline_mean,
                                           f.baseline_std, f.baseline_runs, f.relative_change, f.z_score,
-                                          f.direction, now])  # fmt: skip
+                                          f.direction, now, f.ci_low, f.ci_high, f.p_value, f.test])  # fmt: skip
             tx.execute(f"UPDATE runs SET regressions = {p} WHERE dag_id = {p} AND run_id = {p}",
                        [len(findings), dag_id, run_id])  # fmt: skip
 

@@ -111,6 +111,7 @@ KIND = ResultKind(
     " t.concurrency, t.repeat, t.warmup, t.num_prompts, t.completed, t.failed, t.input_len, t.output_len,"
     " t.request_throughput, t.output_throughput, t.total_throughput, t.mean_ttft_ms, t.median_ttft_ms,"
     " t.p99_ttft_ms, t.mean_tpot_ms, t.p99_tpot_ms, t.mean_itl_ms, t.p99_itl_ms, t.mean_e2e_ms, t.p99_e2e_ms",
+    defaults={"repeat": 1, "warmup": False},
     row_defaults=("input_len", "output_len", "num_prompts"),  # the run's arguments, where the output has none
     side_tables=(REQUESTS,),
     plots=plots,
