@@ -4,6 +4,7 @@
     bench parse FILE [--kind K] [--format F]  tidy rows of a benchmark output as JSON lines
     bench run CAMPAIGN                        run one campaign through Airflow (dag.test) and print its rows
     bench sql QUERY                           run a read-only query against the results warehouse
+    bench compare A B [--point P] [--metric M]  is B better than A? (configs, runs or nights; 95 % intervals)
     bench migrate                             create or update the warehouse's tables and views
     bench pools                               create the Airflow pool of every spec's host (one slot each)
 """
@@ -197,6 +198,29 @@ def cmd_sql(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from benchflow.analysis.compare import Side, compare_sides
+    from benchflow.warehouse import Warehouse
+
+    configure_airflow()
+    try:
+        a, b = Side.parse(args.a), Side.parse(args.b)
+        rows = compare_sides(Warehouse.from_airflow(read_only=True), a, b, args.point, args.metric)
+    except (ValueError, LookupError, FileNotFoundError) as exc:
+        print(f"bench compare: {exc}", file=sys.stderr)
+        return 1
+    if not rows:
+        print(f"bench compare: {a} and {b} share no point and metric", file=sys.stderr)
+        return 1
+    print(f"{b} against {a}: ratio of means B/A, 95 % interval and Welch's t on the logs")
+    for row in rows:
+        r = row.result
+        figures = (f"A {r.a.mean:10.4g} ± {(r.a.ci_high - r.a.mean):<8.3g} B {r.b.mean:10.4g} ± "
+                   f"{(r.b.ci_high - r.b.mean):<8.3g} " if r else "")  # fmt: skip
+        print(f"{row.point:<18} {row.metric:<20} {figures}{row.verdict(b)}")
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     from benchflow.warehouse import Warehouse
 
@@ -240,6 +264,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sql.add_argument("query", help="SQL, e.g. \"SELECT * FROM runs ORDER BY started_at DESC LIMIT 5\"")
     sql.set_defaults(func=cmd_sql)
+    comparison = sub.add_parser(
+        "compare", help="compare two configs, runs or nights",
+        description="Compare side B with side A at every point both have (a concurrency, an M): the ratio of "
+        "their means with its 95 %% interval (Welch's t on the logs over the repeats) and whether the difference is "
+        "real. A side is CAMPAIGN[:CONFIG][@RUN_ID or @YYYY-MM-DD]; without @, the latest valid run.",
+    )
+    comparison.add_argument("a", help="the reference, e.g. serving_tp4 or serving_local:single")
+    comparison.add_argument("b", help="the other side, e.g. serving_pd or serving_local:pd@2026-11-28")
+    comparison.add_argument("--point", help="one point only, e.g. concurrency=16 or m=256")
+    comparison.add_argument("--metric", help="one metric only, e.g. output_throughput")
+    comparison.set_defaults(func=cmd_compare)
     migrate = sub.add_parser("migrate", help="create or update the warehouse schema",
                              description="Apply pending warehouse migrations and rebuild changed views.")  # fmt: skip
     migrate.set_defaults(func=cmd_migrate)

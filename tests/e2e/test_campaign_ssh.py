@@ -107,10 +107,10 @@ def test_demo_campaign_over_ssh_end_to_end(bag, sshd, var_dir):
     # Artifacts came back over SFTP into the artifact store (file:// under var/ here), keyed by dag_id/run_id.
     artifacts = var_dir / "artifacts" / "bench_moe_kernel_ssh" / layout.run_key(run_id)
     assert (artifacts / "results.jsonl").exists() and "ALL_DONE" in (artifacts / "bench.log").read_text()
-    # One connection for each task that touches the host (preflight, acquire_host, deploy, launch, wait_done's
-    # first check before it defers, stop_benchmark, fetch, release_host; this spec has no services) and one
-    # for the whole deferred wait.
-    assert sshd.connections_accepted() - before == 9
+    # One connection for each task that touches the host (preflight, acquire_host, gpus_free, deploy, launch,
+    # wait_done's first check before it defers, stop_benchmark, fetch, release_host; this spec has no services)
+    # and one for the whole deferred wait.
+    assert sshd.connections_accepted() - before == 10
 
 
 def test_sshd_outage_mid_wait_reconnects_and_loses_nothing(bag, sshd, capfd):
@@ -193,8 +193,8 @@ def test_restarted_triggerer_resumes_the_wait_and_launch_reattaches(sshd, tmp_pa
         )  # fmt: skip
         first = launch.execute(context)
         rundir = launch.rundir(context)
-        trigger_kwargs = {"host_id": "gpu_loopback", "workdir": str(sshd.workdir), "rundir": rundir,
-                          "marker": "ALL_DONE", "timeout_s": 120, "check_interval": 1}  # fmt: skip
+        trigger_kwargs = {"host_id": "gpu_loopback", "rundir": rundir, "marker": "ALL_DONE", "timeout_s": 120,
+                          "check_interval": 1}  # fmt: skip
         command = [sys.executable, "-c", TRIGGER_PROCESS, json.dumps(trigger_kwargs)]
         doomed = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         time.sleep(2)
@@ -207,7 +207,9 @@ def test_restarted_triggerer_resumes_the_wait_and_launch_reattaches(sshd, tmp_pa
         assert again == {"pid": first["pid"], "attached": True}
 
         resumed = subprocess.run(command, capture_output=True, text=True, timeout=120)
-        event = json.loads([line for line in resumed.stdout.splitlines() if line.startswith("{")][-1])
+        events = [line for line in resumed.stdout.splitlines() if line.startswith("{")]
+        assert events, resumed.stderr[-3000:]
+        event = json.loads(events[-1])
         assert event["status"] == "done", resumed.stderr[-2000:]
         log = (Path(rundir) / "bench" / "stdout.log").read_text()
         assert log.count("GPU: none (fault payload)") == 1  # launched once

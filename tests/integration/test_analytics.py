@@ -194,3 +194,76 @@ def test_thresholds_per_gpu_model_and_the_notify_hook(warehouse, tmp_path, monke
     assert sorted(f["case_key"] for f in sent) == sorted(f.case_key for f in findings)
     notify(f"{module}:post", "other", "run", [])  # nothing found: nobody is paged
     assert json.loads((tmp_path / f"{module}.json").read_text())[0] == tonight.dag_id
+
+
+def repeated_night(warehouse, campaign: str, night: int, slower: float, rng: random.Random, run_type="scheduled"):
+    """One night of a two-config serving campaign, 3 repeats a phase, 3 % noise; PD ``slower`` than TP4."""
+    rows = []
+    for config, scale in (("tp4", 1.0), ("pd", 1.0 - slower)):
+        for concurrency in (1, 16):
+            for repeat in (1, 2, 3):
+                throughput = 100.0 * concurrency * scale * (1 + rng.gauss(0, 0.03))
+                rows.append({**serving_row(config, concurrency, throughput), "repeat": repeat})
+        rows.append({**serving_row(config, 1, 5.0), "repeat": 0, "warmup": True})  # kept, never counted
+    run = night_run(campaign, night, run_type=run_type)
+    warehouse.load(run, SERVING, rows)
+    return run
+
+
+def test_repeats_give_intervals_and_a_real_difference_is_found(warehouse):
+    from benchflow.analysis.compare import Side, compare_sides
+
+    rng = random.Random(11)
+    run = repeated_night(warehouse, "serving_cmp", 0, slower=0.10, rng=rng)
+    summary = warehouse.query(
+        f"SELECT config, n, mean, ci_low, ci_high FROM case_summary WHERE run_id = {warehouse.p} "
+        "AND metric = 'output_throughput' AND point = 'concurrency=16' ORDER BY config", [run.run_id]
+    ).to_dict("records")  # fmt: skip
+    assert [(s["config"], s["n"]) for s in summary] == [("pd", 3), ("tp4", 3)]  # the warm-up is left out
+    for s in summary:
+        assert s["ci_low"] < s["mean"] < s["ci_high"]
+    rows = compare_sides(warehouse, Side("serving_cmp", "tp4"), Side("serving_cmp", "pd"), "concurrency=16",
+                         "output_throughput")  # fmt: skip
+    assert len(rows) == 1 and rows[0].result is not None
+    result = rows[0].result
+    assert result.significant and result.ratio_low <= 0.90 <= result.ratio_high
+    assert rows[0].verdict(Side("serving_cmp", "pd")).startswith("serving_cmp:pd is worse by")
+
+
+def test_no_difference_is_reported_as_none_in_at_least_95_percent_of_200_trials():
+    """The same comparison on generated pairs of 3 repeats with 3 % noise and no real difference."""
+    from benchflow.analysis.stats import compare
+
+    quiet = 0
+    for seed in range(200):
+        rng = random.Random(seed)
+        a = [1000 * (1 + rng.gauss(0, 0.03)) for _ in range(3)]
+        b = [1000 * (1 + rng.gauss(0, 0.03)) for _ in range(3)]
+        quiet += not compare(a, b, "higher").significant
+    assert quiet >= 190, quiet
+    rng = random.Random(5)
+    found = sum(compare([100 * (1 + rng.gauss(0, 0.03)) for _ in range(3)],
+                        [90 * (1 + rng.gauss(0, 0.03)) for _ in range(3)], "higher").significant
+                for _ in range(200))  # fmt: skip
+    assert found >= 150, found  # a 10 % drop is seen most of the time with 3 repeats a side
+
+
+def test_a_nightly_regression_needs_the_repeats_to_say_so(warehouse):
+    rng = random.Random(3)
+    for night in range(8, 0, -1):
+        repeated_night(warehouse, "serving_nightly", night, slower=0.0, rng=rng)
+    quiet = repeated_night(warehouse, "serving_nightly", 0, slower=0.0, rng=rng)
+    assert detect(warehouse, quiet.dag_id, quiet.run_id, Thresholds()) == []
+    worse = night_run("serving_nightly", 0)
+    worse = RunRecord(**{**worse.__dict__, "run_id": worse.run_id + "_slow"})
+    rows = [{**serving_row(c, 16, 100.0 * 16 * 0.85 * (1 + rng.gauss(0, 0.01))), "repeat": r}
+            for c in ("tp4", "pd") for r in (1, 2, 3)]  # fmt: skip
+    warehouse.load(worse, SERVING, rows)
+    findings = detect(warehouse, worse.dag_id, worse.run_id, Thresholds())
+    throughput = [f for f in findings if f.metric == "output_throughput"]
+    assert sorted(f.case_key for f in throughput) == ["config=pd,concurrency=16", "config=tp4,concurrency=16"]
+    for f in throughput:
+        assert f.test == "welch-log" and f.ci_high < 1 and -0.20 < f.relative_change < -0.10 and f.p_value < 0.05
+    stored = warehouse.query(f"SELECT test, ci_low, ci_high FROM regressions WHERE run_id = {warehouse.p} "
+                             "AND metric = 'output_throughput'", [worse.run_id])  # fmt: skip
+    assert set(stored["test"]) == {"welch-log"} and (stored["ci_high"] < 1).all()
