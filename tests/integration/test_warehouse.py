@@ -28,14 +28,21 @@ def record(status="ok", run_id="r1"):
 
 
 @pytest.fixture(params=["duckdb", "postgres"])
-def warehouse(request, tmp_path):
-    """Every test runs against both backends: a DuckDB file, and its own schema on the real PostgreSQL."""
+def warehouse_backend(request, tmp_path):
+    """Both backends, empty: a DuckDB file, and a schema of its own on the real PostgreSQL."""
     if request.param == "duckdb":
-        warehouse = Warehouse.at(tmp_path / "wh.duckdb")
-    else:
-        warehouse = Warehouse.postgres(PG_URI, search_path=f"wh_{uuid.uuid4().hex[:12]}")
-    warehouse.migrate()
-    return warehouse
+        return Warehouse.at(tmp_path / "wh.duckdb")
+    schema = f"wh_{uuid.uuid4().hex[:12]}"
+    with Warehouse.postgres(PG_URI).transaction() as tx:
+        tx.execute(f'CREATE SCHEMA "{schema}"')
+    return Warehouse.postgres(PG_URI, search_path=schema)
+
+
+@pytest.fixture
+def warehouse(warehouse_backend):
+    """Every test runs against both backends, migrated."""
+    warehouse_backend.migrate()
+    return warehouse_backend
 
 
 def count(warehouse, table, run_id="r1"):
@@ -159,3 +166,35 @@ def test_a_duckdb_file_held_by_another_process_is_waited_for(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_warehouse_of_the_previous_release_upgrades_in_place(warehouse_backend):
+    """Schema v5 with its views (what the last release left), a serving run in it, then today's migrate."""
+    from benchflow.paths import SQL_DIR
+    from benchflow.warehouse.schema import statements
+    from tests.conftest import FIXTURES
+
+    old = warehouse_backend
+    with old.transaction() as tx:
+        tx.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+                   "applied_at TIMESTAMP WITH TIME ZONE NOT NULL)")  # fmt: skip
+        for script in sorted(SQL_DIR.glob("000[1-5]_*.sql")):
+            for statement in statements(script.read_text()):
+                tx.execute(statement)
+            tx.insert("schema_migrations", [int(script.name[:4]), script.name, datetime.now(UTC)])
+        for statement in statements((FIXTURES / "warehouse_v5_views.sql").read_text()):
+            tx.execute(statement)
+        tx.execute("INSERT INTO runs (dag_id, run_id, campaign, host, spec_hash, status) "
+                   "VALUES ('bench_t', 'r1', 't', 'local', 'h', 'ok')")  # fmt: skip
+        tx.execute("INSERT INTO serving_results (dag_id, run_id, config, concurrency, num_prompts, completed, "
+                   "output_throughput) VALUES ('bench_t', 'r1', 'pd', 8, 24, 24, 100.0)")  # fmt: skip
+    applied = old.migrate()
+    assert applied[0] == "0006_serving_columns.sql" and applied[-1] == "views"
+    rows = old.query("SELECT config, concurrency, repeat, warmup, output_throughput FROM serving_results")
+    assert rows.to_dict("records") == [
+        {"config": "pd", "concurrency": 8, "repeat": 1, "warmup": False, "output_throughput": 100.0}
+    ]
+    summary = old.query("SELECT case_key, metric, n, mean FROM case_summary WHERE metric = 'output_throughput'")
+    assert summary.to_dict("records") == [
+        {"case_key": "config=pd,concurrency=8", "metric": "output_throughput", "n": 1, "mean": 100.0}
+    ]
