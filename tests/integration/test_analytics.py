@@ -161,7 +161,8 @@ def test_report_draws_sweep_and_trend_with_regressions(warehouse, tmp_path):
     serving = night_run("serving_pd", 0)
     warehouse.load(serving, SERVING, [serving_row("pd", c, 100.0 * c) for c in (1, 8, 16)])
     files = report.render(warehouse, serving.dag_id, serving.run_id, store(tmp_path, "serving"))
-    assert sorted(p.name for p in files) == ["nightly_trend.png", "serving_vs_concurrency.png"]
+    names = ["configs_with_intervals.png", "nightly_trend.png", "serving_vs_concurrency.png"]
+    assert sorted(p.name for p in files) == names
     assert report.render(warehouse, "bench_nope", "nope", store(tmp_path, "none")) == []
 
 

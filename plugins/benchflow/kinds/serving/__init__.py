@@ -57,10 +57,14 @@ def suite_params(benchmark: Any, args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def plots(rows: pd.DataFrame, title: str) -> list[tuple[str, Any]]:
+    """Throughput and TTFT against concurrency per config (means over the repeats), and each config's
+    throughput at each concurrency as bars with their 95 % intervals. Warm-up phases are left out."""
     import matplotlib.pyplot as plt
 
+    measured = rows[~rows["warmup"].astype(bool)] if "warmup" in rows else rows
+    means = measured.groupby(["config", "concurrency"], as_index=False)[["output_throughput", "mean_ttft_ms"]].mean()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for config, group in rows.sort_values(["config", "concurrency"]).groupby("config"):
+    for config, group in means.sort_values(["config", "concurrency"]).groupby("config"):
         left.plot(group["concurrency"], group["output_throughput"], marker="o", label=str(config))
         right.plot(group["concurrency"], group["mean_ttft_ms"], marker="o", label=str(config))
     left.set(xlabel="concurrency", ylabel="output tok/s", title=f"{title}: throughput")
@@ -68,7 +72,35 @@ def plots(rows: pd.DataFrame, title: str) -> list[tuple[str, Any]]:
     for axis in (left, right):
         axis.grid(alpha=0.3)
         axis.legend()
-    return [("serving_vs_concurrency.png", fig)]
+    return [("serving_vs_concurrency.png", fig), ("configs_with_intervals.png", _bars(measured, title))]
+
+
+def _bars(measured: pd.DataFrame, title: str) -> Any:
+    import matplotlib.pyplot as plt
+
+    from benchflow.analysis.stats import summarize
+
+    configs = sorted(measured["config"].unique())
+    levels = sorted(measured["concurrency"].dropna().unique())
+    width = 0.8 / max(len(configs), 1)
+    fig, axis = plt.subplots(figsize=(max(6, 1.6 * len(levels) * max(len(configs), 1)), 4))
+    for n, config in enumerate(configs):
+        heights: list[float] = []
+        errors: list[list[float]] = [[], []]
+        for level in levels:
+            values = measured[(measured["config"] == config) & (measured["concurrency"] == level)]
+            summary = summarize(values["output_throughput"].dropna()) if values["output_throughput"].notna().any() \
+                else None  # fmt: skip
+            heights.append(summary.mean if summary else 0.0)
+            errors[0].append(summary.mean - summary.ci_low if summary else 0.0)
+            errors[1].append(summary.ci_high - summary.mean if summary else 0.0)
+        positions = [i + n * width for i in range(len(levels))]
+        axis.bar(positions, heights, width, yerr=errors, capsize=4, label=str(config))
+    axis.set_xticks([i + width * (len(configs) - 1) / 2 for i in range(len(levels))], [str(int(c)) for c in levels])
+    axis.set(xlabel="concurrency", ylabel="output tok/s (mean, 95 % CI)", title=f"{title}: configs compared")
+    axis.grid(alpha=0.3, axis="y")
+    axis.legend()
+    return fig
 
 
 def _type(column: str) -> ColumnType:
