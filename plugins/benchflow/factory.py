@@ -26,7 +26,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import DAG, Asset, BaseOperator, Param, TaskGroup, TriggerRule, task
-from airflow.sdk.exceptions import AirflowFailException
 
 from benchflow.operators import (
     AcquireHostSensor,
@@ -188,83 +187,38 @@ def _benchmark_chain(spec: CampaignSpec, job: str, args: dict[str, Any], on_host
 
 
 def _results(spec: CampaignSpec, fetch: BaseOperator, preflight: BaseOperator, deploy: BaseOperator) -> None:
-    """parse → validate → load → detect_regressions → verdict, each a thin TaskFlow call of a pipeline step."""
-    kind = spec.result_kind
-    bench = spec.benchmark
+    """parse → validate → load → detect_regressions → verdict: each task a thin call of a pipeline step
+    (:mod:`benchflow.pipeline`, XCom dicts in and out)."""
+    from benchflow import pipeline as step
 
     @task
     def parse(fetched: dict[str, Any], **context: Any) -> dict[str, Any]:
-        from benchflow import pipeline
-        from benchflow.params import overlay
-
-        run_args = overlay(dict(bench.args), context["params"])
-        defaults = {k: run_args[k] for k in kind.row_defaults if k in run_args}
-        parsed = pipeline.parse(pipeline.Fetched.from_xcom(fetched), kind, bench.format, bench.marker,
-                                kind.parser_options(bench), defaults)  # fmt: skip
-        print(f"parsed {parsed.rows} rows; status {parsed.status}; {parsed.detail or 'complete'}")
-        return parsed.to_xcom()
+        return step.parse_task(spec, fetched, context["params"])
 
     @task
     def validate(parsed: dict[str, Any], **context: Any) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        from benchflow import pipeline
-        from benchflow.params import overlay
-
-        run_args = overlay(dict(bench.args), context["params"])
-        outcome = pipeline.validate(pipeline.Parsed.from_xcom(parsed), kind, kind.suite_params(bench, run_args))
-        print(outcome.summary())
-        return asdict(outcome)
+        return step.validate_task(spec, parsed, context["params"])
 
     @task(outlets=[RESULTS_ASSET])
     def load(parsed: dict[str, Any], validated: dict[str, Any], facts: dict[str, Any], deployed: dict[str, Any],
              **context: Any) -> dict[str, Any]:  # fmt: skip
-        from benchflow import pipeline
-        from benchflow.warehouse import Validation, Warehouse
-
-        step = pipeline.Parsed.from_xcom(parsed)
-        validation = Validation(**{**validated, "row_reasons": {int(k): v for k, v in
-                                                                validated["row_reasons"].items()}})  # fmt: skip
-        status = step.status if validation.success else "invalid"
-        detail = step.detail if validation.success else pipeline.cap_notes(validation.failures)
-        record = pipeline.run_record(spec, context, status, detail, facts, deployed)
-        warehouse = Warehouse.from_airflow()
-        loaded = pipeline.load(warehouse, record, kind, step, validation)
-        print(f"loaded {loaded.rows} rows of run {record.run_id} ({record.status}) into {loaded.warehouse}")
+        loaded = step.load_task(spec, parsed, validated, facts, deployed, context)
         # the report DAG, scheduled on this asset, learns which run to draw from the event
-        context["outlet_events"][RESULTS_ASSET].extra = {"dag_id": spec.dag_id, "run_id": record.run_id,
+        context["outlet_events"][RESULTS_ASSET].extra = {"dag_id": spec.dag_id, "run_id": context["run_id"],
                                                           "campaign": spec.name}  # fmt: skip
-        if not validation.success:
-            raise AirflowFailException(f"validation failed; {len(pipeline.read_rows(step.store))} rows "
-                                       f"quarantined, none loaded: {detail}")  # fmt: skip
-        return loaded.to_xcom()
+        step.fail_if_invalid(loaded)
+        return loaded
 
     @task
     def detect_regressions(loaded: dict[str, Any], **context: Any) -> dict[str, Any]:
-        from benchflow import pipeline
-        from benchflow.analysis.regressions import notify
-        from benchflow.warehouse import Warehouse
-
-        findings = pipeline.detect(Warehouse.from_airflow(), spec, context["run_id"])
-        for f in findings:
-            print(f"REGRESSION {f.case_key} {f.metric}: {f.value:.4g} vs baseline {f.baseline_mean:.4g} "
-                  f"({f.relative_change:+.1%}, z={f.z_score:.1f}, {f.baseline_runs} runs)")  # fmt: skip
-        print(f"{len(findings)} regressions against the baseline")
-        notify(spec.regressions.notify, spec.dag_id, context["run_id"], findings)
-        return {"regressions": len(findings)}
+        return step.detect_task(spec, context["run_id"])
 
     parsed = parse(fetch.output)  # type: ignore[arg-type]  # TaskFlow passes XComArgs
     loaded = load(parsed, validate(parsed), preflight.output, deploy.output)  # type: ignore[arg-type]
-    loaded_task = loaded.operator  # type: ignore[attr-defined]
+    load_id = loaded.operator.task_id  # type: ignore[attr-defined]
 
     @task(trigger_rule=TriggerRule.ALL_DONE)
     def verdict(**context: Any) -> None:
-        outcome = context["ti"].xcom_pull(task_ids=loaded_task.task_id)
-        if outcome is None:
-            raise AirflowFailException("results were not loaded: see the failed task before 'verdict'")
-        if outcome["status"] != "ok":
-            raise AirflowFailException(
-                f"run is {outcome['status']}: {outcome['detail']} ({outcome['rows']} rows kept in the warehouse)"
-            )
+        step.verdict(context["ti"].xcom_pull(task_ids=load_id))
 
     detect_regressions(loaded) >> verdict()  # type: ignore[arg-type]

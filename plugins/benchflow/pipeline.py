@@ -226,3 +226,74 @@ def detect(warehouse: Warehouse, spec: CampaignSpec, run_id: str) -> list[Findin
     findings = find(warehouse, spec.dag_id, run_id, thresholds)
     warehouse.record_findings(spec.dag_id, run_id, findings)
     return findings
+
+
+# TaskFlow glue: what each results task of a campaign DAG does, XCom dicts in and out (the factory only wires).
+
+
+def parse_task(spec: CampaignSpec, fetched: dict[str, Any], params: Any) -> dict[str, Any]:
+    from benchflow.params import overlay
+
+    kind, bench = spec.result_kind, spec.benchmark
+    run_args = overlay(dict(bench.args), params)
+    defaults = {k: run_args[k] for k in kind.row_defaults if k in run_args}
+    parsed = parse(Fetched.from_xcom(fetched), kind, bench.format, bench.marker, kind.parser_options(bench), defaults)
+    print(f"parsed {parsed.rows} rows; status {parsed.status}; {parsed.detail or 'complete'}")
+    return parsed.to_xcom()
+
+
+def validate_task(spec: CampaignSpec, parsed: dict[str, Any], params: Any) -> dict[str, Any]:
+    from benchflow.params import overlay
+
+    kind = spec.result_kind
+    run_args = overlay(dict(spec.benchmark.args), params)
+    outcome = validate(Parsed.from_xcom(parsed), kind, kind.suite_params(spec.benchmark, run_args))
+    print(outcome.summary())
+    return asdict(outcome)
+
+
+def load_task(spec: CampaignSpec, parsed: dict[str, Any], validated: dict[str, Any], facts: dict[str, Any] | None,
+              deployed: dict[str, Any] | None, context: Any) -> dict[str, Any]:  # fmt: skip
+    from benchflow.warehouse import Validation, Warehouse
+
+    step = Parsed.from_xcom(parsed)
+    validation = Validation(**{**validated, "row_reasons": {int(k): v for k, v in validated["row_reasons"].items()}})
+    status = step.status if validation.success else "invalid"
+    detail = step.detail if validation.success else cap_notes(validation.failures)
+    record = run_record(spec, context, status, detail, facts, deployed)
+    loaded = load(Warehouse.from_airflow(), record, spec.result_kind, step, validation)
+    print(f"loaded {loaded.rows} rows of run {record.run_id} ({record.status}) into {loaded.warehouse}")
+    if not validation.success:
+        loaded.detail = f"validation failed; {len(read_rows(step.store))} rows quarantined, none loaded: {detail}"
+    return loaded.to_xcom()
+
+
+def fail_if_invalid(loaded: dict[str, Any]) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    if loaded["status"] == "invalid":
+        raise AirflowFailException(loaded["detail"])
+
+
+def detect_task(spec: CampaignSpec, run_id: str) -> dict[str, Any]:
+    from benchflow.analysis.regressions import notify
+    from benchflow.warehouse import Warehouse
+
+    findings = detect(Warehouse.from_airflow(), spec, run_id)
+    for f in findings:
+        print(f"REGRESSION {f.case_key} {f.metric}: {f.value:.4g} vs baseline {f.baseline_mean:.4g} "
+              f"({f.relative_change:+.1%}, {f.test}, {f.baseline_runs} runs)")  # fmt: skip
+    print(f"{len(findings)} regressions against the baseline")
+    notify(spec.regressions.notify, spec.dag_id, run_id, findings)
+    return {"regressions": len(findings)}
+
+
+def verdict(loaded: dict[str, Any] | None) -> None:
+    """Fail the DAG run unless the benchmark reached its marker and its rows were valid and loaded."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    if loaded is None:
+        raise AirflowFailException("results were not loaded: see the failed task before 'verdict'")
+    if loaded["status"] != "ok":
+        raise AirflowFailException(f"run is {loaded['status']}: {loaded['detail']} ({loaded['rows']} rows kept in "
+                                   "the warehouse)")  # fmt: skip

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Literal
 
 from benchflow.kinds.serving.common import INTS, empty_row, finish, leading_number
 from benchflow.parsing import Format, Notes, ParsedRun, lines
@@ -175,20 +175,60 @@ def _phase_name(phase: tuple[str, int, int, int, bool]) -> str:
 
 
 def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
-    notes = Notes()
-    rows: list[dict[str, Any]] = []
-    phase: tuple[str, int, int, int, bool] | None = None
-    phase_rows = 0
-    empty_phases: list[str] = []  # phases whose client printed no result block (a failed phase)
-    above: dict[str, Any] = {}  # values printed above the next block
-    block: _Block | None = None
-    half_header: int | None = None  # line of the first half of a split header
-    complete = False
-    last = 0
+    return _Reader(marker).read(text)
 
-    def close(how: str, at: int) -> None:
+
+_Step = Literal["next", "stop", "outside"]  # what to do with a line after the block has seen it
+
+
+class _Reader:
+    """The line classifier and block state machine behind :func:`parse`: outside a block, lines are phase
+    headers, result headers or lines about the next block; inside one, ``label: value`` lines, section rules,
+    the closing rule, or an odd line that suspends the block until it resumes or ends."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+        self.notes = Notes()
+        self.rows: list[dict[str, Any]] = []
+        self.phase: tuple[str, int, int, int, bool] | None = None
+        self.phase_rows = 0
+        self.empty_phases: list[str] = []  # phases whose client printed no result block (a failed phase)
+        self.above: dict[str, Any] = {}  # values printed above the next block
+        self.block: _Block | None = None
+        self.half_header: int | None = None  # line of the first half of a split header
+        self.complete = False
+
+    def read(self, text: str) -> ParsedRun:
+        last = 0
+        for number_, raw in lines(text):
+            last = number_
+            line = raw.replace("\uff1a", ":") if "\uff1a" in raw else raw  # a full-width colon (a translated doc)
+            if "\r" in line:  # tqdm redraws: the text after the last carriage return is what a terminal shows
+                parts = [p for p in line.split("\r") if p.strip()]
+                line = parts[-1] if parts else ""
+            step: _Step = self.in_block(number_, line) if self.block is not None else "outside"
+            if step == "outside":
+                step = self.outside(number_, line)
+            if step == "stop":
+                break
+        return self.finish(last)
+
+    def finish(self, last: int) -> ParsedRun:
+        if self.block is not None:
+            self.close("eof", last)
+        if self.complete and self.phase is not None and self.phase_rows == 0:
+            self.empty_phases.append(_phase_name(self.phase))
+        if self.empty_phases:
+            self.complete = False
+            self.notes.warn(None, f"phases without a result: {', '.join(self.empty_phases)}")
+        if self.phase is None and not self.complete:
+            # a client's own output (no sweep driver, so no marker): complete when every block was read whole
+            self.complete = bool(self.rows) and not self.notes.problems
+        return self.notes.run(NAME, self.rows, self.complete)
+
+    def close(self, how: str, at: int) -> None:
         """End the current block: keep its row unless it read nothing; note how it ended when irregular."""
-        nonlocal block, phase_rows
+        block, notes = self.block, self.notes
         assert block is not None
         if block.values == 0:
             if block.titled:
@@ -196,8 +236,8 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
             else:
                 notes.problem(block.line, "result block with no values; dropped", dropped=True)
         else:
-            rows.append(finish(block.row))
-            phase_rows += 1
+            self.rows.append(finish(block.row))
+            self.phase_rows += 1
             if how == "eof" and block.suspended_by != "blank":
                 cut = block.suspended_at if block.suspended_at is not None else at
                 notes.problem(cut, f"result block (line {block.line}) cut off at the end of the output; "
@@ -212,123 +252,111 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
                               f"'label: value': {str(first[1])[:120]!r}; kept its {block.values} values")  # fmt: skip
         for number_, odd in block.odd[1 if how != "rule" else 0 :][:3]:
             notes.warn(number_, f"skipped a line inside a result block: {odd[:120]!r}")
-        block = None
+        self.block = None
 
-    def open_block(at: int, prefix: str) -> None:
-        nonlocal block
-        config, concurrency, prompts, repeat, warmup = phase or (None, None, None, 1, False)
+    def open_block(self, at: int, prefix: str) -> _Block:
+        config, concurrency, prompts, repeat, warmup = self.phase or (None, None, None, 1, False)
         row = empty_row(config, concurrency, prompts, repeat, warmup)
-        for column, value in above.items():
+        for column, value in self.above.items():
             if row[column] is None:
                 row[column] = value
-        above.clear()
-        block = _Block(row, at, prefix)
+        self.above.clear()
+        self.block = _Block(row, at, prefix)
+        return self.block
 
-    for number_, raw in lines(text):
-        last = number_
-        line = raw.replace("\uff1a", ":") if "\uff1a" in raw else raw  # a full-width colon (a translated doc)
-        if "\r" in line:  # tqdm redraws: the text after the last carriage return is what a terminal shows
-            parts = [p for p in line.split("\r") if p.strip()]
-            line = parts[-1] if parts else ""
-        if block is not None:
-            body = block.body(line)
-            stripped = body.strip()
-            if stripped == marker or line.strip() == marker:
-                close("marker", number_)
-                complete = True
-                break
-            if "enchmark" in line and (HEADER_RE.search(line) or TITLE_RE.match(body)):
-                if block.values == 0 and block.suspended_at is None:
-                    continue  # the second line of a hand-formatted header
-                close("header", number_)
-                # fall through: the new header is read below
-            elif "concurrency=" in line and PHASE_RE.search(line):
-                close("phase", number_)
-            elif CLOSE_RE.match(body):
-                if block.values == 0 and block.suspended_at is None:
-                    continue  # the rule under a header written on its own line
-                close("rule", number_)
-                continue
-            elif FENCE_RE.match(body):
-                close("fence", number_)
-                continue
-            elif block.suspended_at is not None:
-                if number_ - block.suspended_at > SUSPENDED_LINES:
-                    close("suspended", number_)  # and the line is read as outside any block, below
-                elif SECTION_RE.match(body):
-                    block.suspended_at = None
-                    continue
-                elif (found := LINE_RE.match(body)) and found["value"] and _resumes(block, found["label"]):
-                    block.suspended_at = None
-                    _assign(block, found["label"], found["value"], number_, notes)
-                    continue
-                else:
-                    if stripped and block.suspended_by != "blank":
-                        block.odd.append((number_, stripped))
-                    _above(body, above)  # outside the block after all: may be about the next one
-                    continue
-            elif not stripped:
-                block.suspended_at, block.suspended_by = number_, "blank"
-                continue
-            elif SECTION_RE.match(body):
-                continue
-            elif (found := LINE_RE.match(body)) is not None:
-                if found["value"] is None:  # a sub-heading ("Per-position acceptance (%):") or a cut line
-                    if _LABELS.get(_normalise(found["label"])) or LATENCY_RE.match(_normalise(found["label"])):
-                        notes.problem(number_, f"{found['label']!r} has no value")
-                    else:
-                        notes.warn(number_, f"label without a value inside a result block: {stripped[:120]!r}")
-                    continue
-                _assign(block, found["label"], found["value"], number_, notes)
-                continue
-            else:
-                block.suspended_at, block.suspended_by = number_, stripped
+    def in_block(self, number_: int, line: str) -> _Step:
+        block = self.block
+        assert block is not None
+        body = block.body(line)
+        stripped = body.strip()
+        if stripped == self.marker or line.strip() == self.marker:
+            self.close("marker", number_)
+            self.complete = True
+            return "stop"
+        if "enchmark" in line and (HEADER_RE.search(line) or TITLE_RE.match(body)):
+            if block.values == 0 and block.suspended_at is None:
+                return "next"  # the second line of a hand-formatted header
+            self.close("header", number_)
+            return "outside"  # the new header is read there
+        if "concurrency=" in line and PHASE_RE.search(line):
+            self.close("phase", number_)
+            return "outside"
+        if CLOSE_RE.match(body):
+            if block.values or block.suspended_at is not None:  # else: the rule under a header on its own line
+                self.close("rule", number_)
+            return "next"
+        if FENCE_RE.match(body):
+            self.close("fence", number_)
+            return "next"
+        if block.suspended_at is not None:
+            return self.suspended(block, number_, body, stripped)
+        if not stripped:
+            block.suspended_at, block.suspended_by = number_, "blank"
+        elif SECTION_RE.match(body):
+            pass
+        elif (found := LINE_RE.match(body)) is not None:
+            self.label_line(block, number_, found, stripped)
+        else:
+            block.suspended_at, block.suspended_by = number_, stripped
+            block.odd.append((number_, stripped))
+        return "next"
+
+    def suspended(self, block: _Block, number_: int, body: str, stripped: str) -> _Step:
+        """A line after a blank or odd line: the block resumes, stays suspended, or has ended."""
+        if number_ - (block.suspended_at or 0) > SUSPENDED_LINES:
+            self.close("suspended", number_)
+            return "outside"
+        if SECTION_RE.match(body):
+            block.suspended_at = None
+        elif (found := LINE_RE.match(body)) and found["value"] and _resumes(block, found["label"]):
+            block.suspended_at = None
+            _assign(block, found["label"], found["value"], number_, self.notes)
+        else:
+            if stripped and block.suspended_by != "blank":
                 block.odd.append((number_, stripped))
-                continue
-        # outside a block
-        if line.strip() == marker:
-            complete = True
-            break
+            _above(body, self.above)  # outside the block after all: may be about the next one
+        return "next"
+
+    def label_line(self, block: _Block, number_: int, found: re.Match[str], stripped: str) -> None:
+        if found["value"] is None:  # a sub-heading ("Per-position acceptance (%):") or a cut line
+            if _LABELS.get(_normalise(found["label"])) or LATENCY_RE.match(_normalise(found["label"])):
+                self.notes.problem(number_, f"{found['label']!r} has no value")
+            else:
+                self.notes.warn(number_, f"label without a value inside a result block: {stripped[:120]!r}")
+            return
+        _assign(block, found["label"], found["value"], number_, self.notes)
+
+    def outside(self, number_: int, line: str) -> _Step:
+        if line.strip() == self.marker:
+            self.complete = True
+            return "stop"
         serving = "enchmark" in line  # cheap: only such a line can be a header
         if "concurrency=" in line and (match := PHASE_RE.search(line)):
-            if phase is not None and phase_rows == 0:
-                empty_phases.append(f"{phase[0]} concurrency={phase[1]}")
-            warmup = match["warmup"] is not None
-            repeat = 0 if warmup else int(match["repeat"] or 1)
-            phase, phase_rows = (match["config"], int(match["c"]), int(match["n"]), repeat, warmup), 0
-            above.clear()
-            half_header = None
-            continue
-        if serving and (header := HEADER_RE.search(line)):
-            open_block(number_, line[: header.start()])
-            half_header = None
-            continue
-        if half_header is not None and half_header == number_ - 1 and HEADER_TAIL_RE.match(PREFIX_RE.sub("", line)):
-            open_block(number_, "")
-            half_header = None
-            continue
-        if serving and HALF_HEADER_RE.search(line):
-            half_header = number_
-            continue
-        body = PREFIX_RE.sub("", line, count=1)
-        if serving and TITLE_RE.match(body):
-            open_block(number_, "")
-            assert block is not None
-            block.titled = True
-            continue
-        _above(body, above)
+            self.new_phase(match)
+        elif serving and (header := HEADER_RE.search(line)):
+            self.open_block(number_, line[: header.start()])
+            self.half_header = None
+        elif self.half_header == number_ - 1 and HEADER_TAIL_RE.match(PREFIX_RE.sub("", line)):
+            self.open_block(number_, "")
+            self.half_header = None
+        elif serving and HALF_HEADER_RE.search(line):
+            self.half_header = number_
+        else:
+            body = PREFIX_RE.sub("", line, count=1)
+            if serving and TITLE_RE.match(body):
+                self.open_block(number_, "").titled = True
+            else:
+                _above(body, self.above)
+        return "next"
 
-    if block is not None:
-        close("eof", last)
-    if complete and phase is not None and phase_rows == 0:
-        empty_phases.append(_phase_name(phase))
-    if empty_phases:
-        complete = False
-        notes.warn(None, f"phases without a result: {', '.join(empty_phases)}")
-    if phase is None and not complete:
-        # a client's own output (no sweep driver, so no marker): complete when every block was read whole
-        complete = bool(rows) and not notes.problems
-    return notes.run(NAME, rows, complete)
+    def new_phase(self, match: re.Match[str]) -> None:
+        if self.phase is not None and self.phase_rows == 0:
+            self.empty_phases.append(_phase_name(self.phase))
+        warmup = match["warmup"] is not None
+        repeat = 0 if warmup else int(match["repeat"] or 1)
+        self.phase, self.phase_rows = (match["config"], int(match["c"]), int(match["n"]), repeat, warmup), 0
+        self.above.clear()
+        self.half_header = None
 
 
 def _resumes(block: _Block, label: str) -> bool:
