@@ -18,7 +18,8 @@ and ``/get_model_info``, ``/server_info`` and ``/get_server_info``; ``GET|POST /
 prefix cache: it succeeds and does nothing); ``POST /generate`` (``text`` or ``input_ids``,
 ``sampling_params.max_new_tokens``, streamed as cumulative ``text`` + ``meta_info`` like SGLang) and
 ``POST /v1/completions`` (``prompt`` as text or token ids, ``max_tokens``, ``stream``,
-``stream_options.include_usage`` / ``continuous_usage_stats``). Requests are served one at a time (a lock),
+``stream_options.include_usage`` / ``continuous_usage_stats``), ``POST /tokenize`` and ``/detokenize``
+(``vllm bench serve`` checks its prompts with them). Requests are served one at a time (a lock),
 so queueing shows up in TTFT as load grows. ``--role`` is reported in ``/server_info`` only.
 """
 
@@ -170,6 +171,7 @@ class Engine:
 def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # TCP_NODELAY, as uvicorn: each token leaves as soon as it is written
 
         def log_message(self, format: str, *args: object) -> None:
             return
@@ -227,6 +229,11 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                     self._completions(request)
                 elif path == "/generate":
                     self._generate(request)
+                elif path in ("/tokenize", "/v1/tokenize"):
+                    tokens = engine.prompt_tokens(request["prompt"])
+                    self._json(200, {"tokens": tokens, "count": len(tokens), "max_model_len": CONTEXT_LEN})
+                elif path in ("/detokenize", "/v1/detokenize"):
+                    self._json(200, {"text": engine.tokenizer.decode(engine.prompt_tokens(request["tokens"]))})
                 else:
                     self._json(404, {"detail": "Not Found"})
             except (BadRequest, ValueError, KeyError, TypeError) as exc:
@@ -323,6 +330,11 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class Server(ThreadingHTTPServer):
+    request_queue_size = 128  # a sweep opens up to its concurrency's connections at once
+    daemon_threads = True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, required=True)
@@ -340,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     model = TinyMoEDecoder(args.layers, args.hidden, args.experts, args.topk, args.inter)
     model.next_token([1, 2, 3])  # warm up before reporting healthy
     engine = Engine(model, CharTokenizer(Path(args.model_path)), args)
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(engine))
+    server = Server((args.host, args.port), make_handler(engine))
     print(f"serving tiny MoE decoder ({args.role}, layers {args.layers}, hidden {args.hidden}) "
           f"as {engine.served_model_name} on http://{args.host}:{args.port}", flush=True)  # fmt: skip
     server.serve_forever()
