@@ -25,6 +25,7 @@ import argparse
 import json
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -42,6 +43,7 @@ def client_command(args: argparse.Namespace, concurrency: int, prompts: int, res
     lengths = ["--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len)]
     load = ["--num-prompts", str(prompts), "--max-concurrency", str(concurrency)]
     tokenizer = ["--tokenizer", args.tokenizer] if args.tokenizer else []
+    model = ["--model", args.model] if args.model else []
     backend = args.backend or DEFAULT_BACKEND.get(args.client, "")
     if args.client in ("local", "loadgen"):
         return [sys.executable, str(HERE / "loadgen.py"), "--base-url", args.base_url, "--num-prompts", str(prompts),
@@ -51,14 +53,25 @@ def client_command(args: argparse.Namespace, concurrency: int, prompts: int, res
     if args.client == "sglang":
         # --random-range-ratio 1: every prompt exactly input_len tokens and every output exactly output_len.
         return [sys.executable, "-m", "sglang.bench_serving", "--backend", backend, "--base-url", args.base_url,
-                "--dataset-name", args.dataset, *lengths, "--random-range-ratio", "1", *load, *tokenizer,
+                "--dataset-name", args.dataset, *lengths, "--random-range-ratio", "1", *load, *model, *tokenizer,
                 "--output-file", str(result), "--output-details"]  # fmt: skip
     # vLLM's random range ratio is a ± spread: its default 0 gives fixed lengths. random-ids is SGLang's name.
     dataset = "random" if args.dataset == "random-ids" else args.dataset
     return [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", backend,
             "--base-url", args.base_url, "--endpoint", "/v1/completions", "--dataset-name", dataset, *lengths,
-            *load, *tokenizer, "--save-result", "--save-detailed", "--result-dir", str(result.parent),
+            *load, *model, *tokenizer, "--save-result", "--save-detailed", "--result-dir", str(result.parent),
             "--result-filename", result.name]  # fmt: skip
+
+
+def served_model(base_url: str) -> str | None:
+    """The first model id of ``/v1/models``, read whatever its content type: sglang-router 0.3.2 answers it as
+    ``text/plain``, which ``vllm bench serve`` refuses ("Attempt to decode JSON with unexpected mimetype")."""
+    try:
+        with urllib.request.urlopen(f"{base_url.rstrip('/')}/v1/models", timeout=30) as response:
+            return str(json.loads(response.read())["data"][0]["id"])
+    except (OSError, ValueError, KeyError, IndexError) as exc:
+        print(f"could not read the served model from {base_url}/v1/models: {exc!r}", flush=True)
+        return None
 
 
 def request_rows(summary: dict, label: str, concurrency: int) -> list[dict]:
@@ -99,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--client", choices=["sglang", "vllm", "local", "loadgen"], default="sglang")
     parser.add_argument("--backend", help="the client's --backend (default: sglang for SGLang, vllm for vLLM)")
     parser.add_argument("--dataset", default="random-ids", help="random-ids (no download) or random (ShareGPT)")
-    parser.add_argument("--tokenizer", help="tokenizer path or id (default: the server's model)")
+    parser.add_argument("--model", help="model id to request (default: the first of the server's /v1/models)")
+    parser.add_argument("--tokenizer", help="tokenizer path or id (default: the model's)")
     parser.add_argument("--concurrency", type=int_list, default=[1, 8, 16])
     parser.add_argument("--prompts", type=int_list, default=[6, 24, 32])
     parser.add_argument("--input-len", type=int, default=256)
@@ -109,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if len(args.concurrency) != len(args.prompts):
         parser.error("--concurrency and --prompts need the same number of values")
+    if args.client == "vllm" and not args.model:
+        args.model = served_model(args.base_url)
     phases_dir = args.out.parent / f"phases_{args.label}"
     phases_dir.mkdir(parents=True, exist_ok=True)
     failed = []
@@ -121,10 +137,13 @@ def main(argv: list[str] | None = None) -> int:
             proc = subprocess.Popen(client_command(args, concurrency, prompts, result), stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True)  # fmt: skip
             assert proc.stdout is not None
+            line = "\n"
             for line in proc.stdout:
                 raw.write(line)
                 print(line, end="", flush=True)
             code = proc.wait()
+        if not line.endswith("\n"):  # e.g. nanobind's leak report at a vLLM client's exit has no newline
+            print(flush=True)
         if code != 0 or not result.exists():
             failed.append(concurrency)
             print(f"phase concurrency={concurrency} failed (client exit {code}); going on", flush=True)
