@@ -30,7 +30,9 @@ import json
 import sys
 import threading
 import time
+import urllib.request
 import uuid
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -45,6 +47,7 @@ from fused_moe import fused_moe_torch, fused_moe_triton, route  # noqa: E402
 
 VOCAB = 256
 CONTEXT_LEN = 4096
+BOOTSTRAP_TIMEOUT = 300.0  # how long a decode server waits for its prefill
 VERSION = "benchflow-tiny-moe-1"
 
 
@@ -103,6 +106,27 @@ class BadRequest(ValueError):
     pass
 
 
+class Rooms:
+    """The prefill server's hand-over desk: bootstrap room → the prompt's first token, taken once by the decode
+    server. The tiny model keeps no KV cache (each step recomputes the sequence), so the first token is all the
+    state a decode server needs to continue a prefill."""
+
+    def __init__(self) -> None:
+        self.tokens: dict[int, int] = {}
+        self.ready = threading.Condition()
+
+    def put(self, room: int, token: int) -> None:
+        with self.ready:
+            self.tokens[room] = token
+            self.ready.notify_all()
+
+    def take(self, room: int, timeout: float) -> int | None:
+        with self.ready:
+            if not self.ready.wait_for(lambda: room in self.tokens, timeout):
+                return None
+            return self.tokens.pop(room)
+
+
 class Engine:
     """The model, its tokenizer and what the info endpoints report."""
 
@@ -113,6 +137,8 @@ class Engine:
         self.served_model_name = args.served_model_name or self.model_path
         self.started = time.time()
         self.last_gen_throughput = 0.0
+        self.requests = self.generated_tokens = 0  # model passes started / tokens made, for /server_info
+        self.rooms = Rooms()
 
     def prompt_tokens(self, prompt: object) -> list[int]:
         if isinstance(prompt, list) and len(prompt) == 1 and not isinstance(prompt[0], int):
@@ -139,6 +165,36 @@ class Engine:
                 generated.append(token)
                 yield token
             self.last_gen_throughput = len(generated) / max(time.perf_counter() - start, 1e-9)
+            self.requests += 1
+            self.generated_tokens += len(generated)
+
+    def tokens_for(self, request: dict, tokens: list[int], max_tokens: int) -> tuple[int, Iterator[int]]:
+        """How many tokens this server makes for the request, and their iterator. A request that the SGLang
+        router sent in PD mode carries ``bootstrap_host``/``bootstrap_port``/``bootstrap_room`` and goes to both
+        servers: the prefill server makes the first token and leaves it in the room; the decode server takes it
+        from the prefill server's bootstrap port, streams it, and decodes the rest."""
+        room = request.get("bootstrap_room")
+        if room is None or self.args.role == "both":
+            return max_tokens, self.generate(tokens, max_tokens)
+        if isinstance(room, list):
+            raise BadRequest("one prompt per request")
+        if self.args.role == "prefill":
+            return 1, self._prefill(tokens, int(room))
+        host, port = request.get("bootstrap_host"), request.get("bootstrap_port")
+        if not host or not port:
+            raise BadRequest("a decode server needs the prefill server's bootstrap port (router: --prefill URL PORT)")
+        return max_tokens, self._decode(tokens, max_tokens, f"http://{host}:{port}/kv/{int(room)}")
+
+    def _prefill(self, tokens: list[int], room: int) -> Iterator[int]:
+        for token in self.generate(tokens, 1):
+            self.rooms.put(room, token)
+            yield token
+
+    def _decode(self, tokens: list[int], max_tokens: int, url: str) -> Iterator[int]:
+        with urllib.request.urlopen(url, timeout=BOOTSTRAP_TIMEOUT + 30) as response:
+            first = int(json.loads(response.read())["token"])
+        yield first
+        yield from self.generate([*tokens, first], max_tokens - 1)
 
     def model_info(self) -> dict:
         return {"model_path": self.model_path, "served_model_name": self.served_model_name,
@@ -156,10 +212,12 @@ class Engine:
         return {"model_path": self.model_path, "tokenizer_path": self.model_path,
                 "served_model_name": self.served_model_name, "host": a.host, "port": a.port, "tp_size": 1,
                 "dp_size": 1, "ep_size": 1, "context_length": CONTEXT_LEN, "max_running_requests": 1,
-                "disaggregation_mode": self.disaggregation_mode(), "num_layers": a.layers, "hidden": a.hidden,
-                "num_experts": a.experts, "topk": a.topk, "intermediate": a.inter, "startup_time": self.started,
-                "internal_states": [{"last_gen_throughput": self.last_gen_throughput,
-                                     "avg_spec_accept_length": None}],
+                "disaggregation_mode": self.disaggregation_mode(),
+                "disaggregation_bootstrap_port": a.disaggregation_bootstrap_port, "num_layers": a.layers,
+                "hidden": a.hidden, "num_experts": a.experts, "topk": a.topk, "intermediate": a.inter,
+                "startup_time": self.started,
+                "internal_states": [{"last_gen_throughput": self.last_gen_throughput, "requests": self.requests,
+                                     "generated_tokens": self.generated_tokens, "avg_spec_accept_length": None}],
                 "version": VERSION, "frontend": "python"}  # fmt: skip
 
     def model_card(self) -> dict:
@@ -275,15 +333,16 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 return {"prompt_tokens": len(tokens), "total_tokens": len(tokens) + n, "completion_tokens": n,
                         "prompt_tokens_details": None, "reasoning_tokens": 0}  # fmt: skip
 
+            max_tokens, tokens_out = engine.tokens_for(request, tokens, max_tokens)
             if not request.get("stream"):
-                generated = list(engine.generate(tokens, max_tokens))
+                generated = list(tokens_out)
                 self._json(200, {"id": rid, "object": "text_completion", "created": created, "model": model,
                                  "choices": [{"index": 0, "text": engine.tokenizer.decode(generated),
                                               "logprobs": None, "finish_reason": "length", "matched_stop": None}],
                                  "usage": usage(len(generated))})  # fmt: skip
                 return
             self._start_stream()
-            for n, token in enumerate(engine.generate(tokens, max_tokens), start=1):
+            for n, token in enumerate(tokens_out, start=1):
                 chunk = {"id": rid, "object": "text_completion", "created": created, "model": model,
                          "choices": [{"index": 0, "text": engine.tokenizer.decode([token]), "logprobs": None,
                                       "finish_reason": "length" if n == max_tokens else None,
@@ -317,17 +376,39 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                                       "completion_tokens": len(generated), "cached_tokens": 0,
                                       "e2e_latency": time.time() - start}}  # fmt: skip
 
+            max_tokens, tokens_out = engine.tokens_for(request, tokens, max_tokens)
             if not request.get("stream"):
-                generated += engine.generate(tokens, max_tokens)
+                generated += tokens_out
                 self._json(200, event())
                 return
             self._start_stream()
-            for token in engine.generate(tokens, max_tokens):
+            for token in tokens_out:
                 generated.append(token)
                 self._event(event())
             self._end_stream()
 
     return Handler
+
+
+def make_bootstrap_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
+    class Bootstrap(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+        def do_GET(self) -> None:
+            room = self.path.removeprefix("/kv/")
+            token = engine.rooms.take(int(room), BOOTSTRAP_TIMEOUT) if room.isdigit() else None
+            body = json.dumps({"token": token} if token is not None else {"error": f"no room {room}"}).encode()
+            self.send_response(200 if token is not None else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    return Bootstrap
 
 
 class Server(ThreadingHTTPServer):
@@ -342,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--role", choices=["both", "prefill", "decode"], default="both")
     parser.add_argument("--model-path", default=str(HERE / "tokenizer"), help="directory with tokenizer.json")
     parser.add_argument("--served-model-name", help="model id in /v1/models (default: the model path)")
+    parser.add_argument("--disaggregation-bootstrap-port", type=int, default=8998,
+                        help="prefill role: where decode servers take the first token of a PD request")  # fmt: skip
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--experts", type=int, default=4)
@@ -353,6 +436,9 @@ def main(argv: list[str] | None = None) -> int:
     model.next_token([1, 2, 3])  # warm up before reporting healthy
     engine = Engine(model, CharTokenizer(Path(args.model_path)), args)
     server = Server((args.host, args.port), make_handler(engine))
+    if args.role == "prefill":
+        bootstrap = Server((args.host, args.disaggregation_bootstrap_port), make_bootstrap_handler(engine))
+        threading.Thread(target=bootstrap.serve_forever, daemon=True).start()
     print(f"serving tiny MoE decoder ({args.role}, layers {args.layers}, hidden {args.hidden}) "
           f"as {engine.served_model_name} on http://{args.host}:{args.port}", flush=True)  # fmt: skip
     server.serve_forever()
