@@ -45,8 +45,8 @@ def make_handler(prefill: str, decode: str) -> type[BaseHTTPRequestHandler]:
                     prompt = json.loads(response.read())["tokens"]
             tokens = list(prompt)
             max_tokens = int(request.get("max_tokens", 16))
-            body = {"input_ids": tokens, "sampling_params": {"max_new_tokens": 1}}
-            with post(f"{prefill}/generate", body) as response:
+            first_body = {"input_ids": tokens, "sampling_params": {"max_new_tokens": 1}}
+            with post(f"{prefill}/generate", first_body) as response:
                 out = json.loads(response.read())
             first = {"text": out["text"], "token_ids": out["output_ids"]}
             self.send_response(200)

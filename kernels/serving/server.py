@@ -155,7 +155,7 @@ class Engine:
             raise BadRequest("empty prompt")
         return tokens
 
-    def generate(self, tokens: list[int], max_tokens: int):  # type: ignore[no-untyped-def]
+    def generate(self, tokens: list[int], max_tokens: int) -> Iterator[int]:
         """Yield the generated token ids one by one, holding the model for the whole request."""
         with self.lock:
             start = time.perf_counter()
