@@ -29,7 +29,7 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 venv: $(STAMP)
 
 # One pip step, no dependency resolution (every module pinned); then the torchvision shim, then a smoke check
-# that each client, the router and the tiny server import. About 1.5 min and 3.7 GB on a fresh machine.
+# that each client, the router and the tiny server import. About 2 minutes and 3.7 GB on a fresh machine.
 $(HOST_STAMP): requirements-host.txt include/hostenv/benchflow_torchvision_cpu.py
 	test -x $(HOST_PY) || $(PYTHON) -m venv $(HOST_VENV)
 	$(HOST_PY) -m pip install -q --no-deps -r requirements-host.txt
