@@ -1,7 +1,8 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   runs the demo campaign through Airflow against this machine (results in DuckDB)
 #   make test   runs ruff, mypy and the test suite (unit, integration, e2e)
-# Both create .venv on first use and refresh it when the requirements change.
+# Both create .venv (Airflow's environment) and .venv-host (the serving host's: torch, triton, the real
+# SGLang/vLLM benchmark clients and sglang-router) on first use and refresh them when their requirements change.
 
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -11,7 +12,12 @@ PYTHON ?= python3
 SYSTEM_DEPS := /usr/sbin/sshd /usr/bin/chromium
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint venv constraints clean compose-env
+# The benchmark host's own environment, beside .venv and never mixed into it (see requirements-host.txt).
+HOST_VENV  := .venv-host
+HOST_PY    := $(HOST_VENV)/bin/python
+HOST_STAMP := $(HOST_VENV)/.installed
+
+.PHONY: demo test lint venv host-venv constraints clean compose-env
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,7 +28,23 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+# One pip step, no dependency resolution (every module pinned); then the torchvision shim, then a smoke check
+# that each client, the router and the tiny server import. About 2 minutes and 3.7 GB on a fresh machine.
+$(HOST_STAMP): requirements-host.txt include/hostenv/benchflow_torchvision_cpu.py
+	test -x $(HOST_PY) || $(PYTHON) -m venv $(HOST_VENV)
+	$(HOST_PY) -m pip install -q --no-deps -r requirements-host.txt
+	site=$$($(HOST_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
+	  cp include/hostenv/benchflow_torchvision_cpu.py $$site/ && \
+	  echo "import benchflow_torchvision_cpu" > $$site/benchflow_torchvision_cpu.pth
+	for check in "-m sglang.bench_serving --help" "-m vllm.entrypoints.cli.main bench serve --help" \
+	             "-m sglang_router.launch_router --help" "kernels/serving/server.py --help"; do \
+	  HF_HUB_OFFLINE=1 $(HOST_PY) $$check > $(HOST_VENV)/smoke.log 2>&1 || { cat $(HOST_VENV)/smoke.log; exit 1; }; \
+	done
+	touch $(HOST_STAMP)
+
+host-venv: $(HOST_STAMP)
+
+demo: $(STAMP) $(HOST_STAMP)
 	$(VENV)/bin/bench run moe_kernel_local
 
 lint: $(STAMP)
@@ -33,7 +55,7 @@ $(SYSTEM_DEPS):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openssh-server openssh-client chromium
 
-test: lint $(SYSTEM_DEPS)
+test: lint $(SYSTEM_DEPS) $(HOST_STAMP)
 	TRITON_INTERPRET=1 $(VENV)/bin/pytest
 
 # docker-compose.yaml's gpu-sim: its host key and the workers' client key (./secrets/, never in git),

@@ -1,6 +1,9 @@
 """A prefill/decode router: the prompt goes to the prefill server for the first token, then the decode
 server continues from prompt + first token and its stream is relayed to the client.
 
+The project's own, from before the campaigns ran the real ``sglang_router`` (whose PD mode ``server.py`` now
+honours); no campaign uses it. Kept while the main branch decides whether to drop it with ``loadgen.py``.
+
     python router.py --port 30200 --prefill http://127.0.0.1:30201 --decode http://127.0.0.1:30202
 """
 
@@ -37,10 +40,15 @@ def make_handler(prefill: str, decode: str) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
             prompt = request["prompt"]
-            tokens = list(prompt.encode()) if isinstance(prompt, str) else list(prompt)
+            if isinstance(prompt, str):
+                with post(f"{prefill}/tokenize", {"prompt": prompt}) as response:
+                    prompt = json.loads(response.read())["tokens"]
+            tokens = list(prompt)
             max_tokens = int(request.get("max_tokens", 16))
-            with post(f"{prefill}/v1/completions", {"prompt": tokens, "max_tokens": 1}) as response:
-                first = json.loads(response.read())["choices"][0]
+            first_body = {"input_ids": tokens, "sampling_params": {"max_new_tokens": 1}}
+            with post(f"{prefill}/generate", first_body) as response:
+                out = json.loads(response.read())
+            first = {"text": out["text"], "token_ids": out["output_ids"]}
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")

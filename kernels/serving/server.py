@@ -1,13 +1,26 @@
-"""A small real serving target: a tiny decoder with random weights, served OpenAI-style.
+"""A small real serving target: a tiny decoder with random weights, served the way SGLang serves.
 
-    python server.py --port 30100 [--role both|prefill|decode] [--layers 2 --hidden 64 --experts 4 --topk 2]
+    python server.py --port 30100 [--model-path tokenizer] [--role both|prefill|decode]
+                     [--layers 2 --hidden 64 --experts 4 --topk 2]
 
 Each layer is causal self-attention then an MoE feed-forward computed by the ``kernels/moe`` payload
-(``fused_moe_torch`` on a CPU, the Triton kernel with CUDA). Decoding is greedy. Endpoints:
-``GET /health`` and ``POST /v1/completions`` (``prompt`` as text or token ids, ``max_tokens``,
-``stream``), streamed as server-sent events like OpenAI's API. Tokens are byte-level (vocab 256);
-each choice also carries its ``token_id`` so a router can hand a prefill's first token to a decode
-server. Requests are served one at a time (a lock), so queueing shows up in TTFT as load grows.
+(``fused_moe_torch`` on a CPU, the Triton kernel with CUDA). Decoding is greedy and never stops early
+(the model has no end-of-sequence token), so every request gets exactly the tokens it asked for.
+
+Tokens: the tokenizer in ``--model-path`` (``tokenizer/``, built by ``make_tokenizer.py``), one character
+per token, 256 tokens = the model's vocabulary; the server encodes and decodes with the vocabulary in its
+``tokenizer.json``, so a client that loads the same directory with ``transformers`` counts the same tokens.
+
+The endpoints the real clients (``sglang.bench_serving``, ``vllm bench serve``) and ``sglang_router`` call,
+with SGLang's shapes: ``GET /health``, ``/health_generate`` (runs one token), ``/ready``, ``/v1/models``
+(the model id is the absolute ``--model-path``, so a client loads the tokenizer from it), ``/model_info``
+and ``/get_model_info``, ``/server_info`` and ``/get_server_info``; ``GET|POST /flush_cache`` (there is no
+prefix cache: it succeeds and does nothing); ``POST /generate`` (``text`` or ``input_ids``,
+``sampling_params.max_new_tokens``, streamed as cumulative ``text`` + ``meta_info`` like SGLang) and
+``POST /v1/completions`` (``prompt`` as text or token ids, ``max_tokens``, ``stream``,
+``stream_options.include_usage`` / ``continuous_usage_stats``), ``POST /tokenize`` and ``/detokenize``
+(``vllm bench serve`` checks its prompts with them). Requests are served one at a time (a lock),
+so queueing shows up in TTFT as load grows. ``--role`` is reported in ``/server_info`` only.
 """
 
 from __future__ import annotations
@@ -17,6 +30,9 @@ import json
 import sys
 import threading
 import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -30,7 +46,9 @@ for candidate in (HERE / "moe", HERE.parent / "moe"):  # deployed next to us, or
 from fused_moe import fused_moe_torch, fused_moe_triton, route  # noqa: E402
 
 VOCAB = 256
-ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,;:!?-_+=*/()[]{}<>@#$%&"
+CONTEXT_LEN = 4096
+BOOTSTRAP_TIMEOUT = 300.0  # how long a decode server waits for its prefill
+VERSION = "benchflow-tiny-moe-1"
 
 
 class TinyMoEDecoder(torch.nn.Module):
@@ -63,81 +81,339 @@ class TinyMoEDecoder(torch.nn.Module):
         return int(torch.argmax(torch.nn.functional.rms_norm(x[-1], (hidden,)) @ self.embed.T))
 
 
-def token_text(token: int) -> str:
-    return ALPHABET[token % len(ALPHABET)]
+class CharTokenizer:
+    """The vocabulary of ``<model-path>/tokenizer.json``: one character per token, unknown → the unk token."""
+
+    def __init__(self, model_path: Path):
+        spec = json.loads((model_path / "tokenizer.json").read_text())
+        model = spec["model"]
+        if model.get("merges") or any(len(token) != 1 for token in model["vocab"]):
+            raise SystemExit(f"{model_path}/tokenizer.json is not a one-character-per-token vocabulary")
+        self.ids = {token: int(i) for token, i in model["vocab"].items()}
+        self.chars = {i: token for token, i in self.ids.items()}
+        self.unk = self.ids[model["unk_token"]]
+        if sorted(self.chars) != list(range(VOCAB)):
+            raise SystemExit(f"{model_path}/tokenizer.json has {len(self.chars)} tokens, the model {VOCAB}")
+
+    def encode(self, text: str) -> list[int]:
+        return [self.ids.get(c, self.unk) for c in text]
+
+    def decode(self, tokens: list[int]) -> str:
+        return "".join(self.chars[t] for t in tokens)
 
 
-def make_handler(model: TinyMoEDecoder, lock: threading.Lock, role: str) -> type[BaseHTTPRequestHandler]:
+class BadRequest(ValueError):
+    pass
+
+
+class Rooms:
+    """The prefill server's hand-over desk: bootstrap room → the prompt's first token, taken once by the decode
+    server. The tiny model keeps no KV cache (each step recomputes the sequence), so the first token is all the
+    state a decode server needs to continue a prefill."""
+
+    def __init__(self) -> None:
+        self.tokens: dict[int, int] = {}
+        self.ready = threading.Condition()
+
+    def put(self, room: int, token: int) -> None:
+        with self.ready:
+            self.tokens[room] = token
+            self.ready.notify_all()
+
+    def take(self, room: int, timeout: float) -> int | None:
+        with self.ready:
+            if not self.ready.wait_for(lambda: room in self.tokens, timeout):
+                return None
+            return self.tokens.pop(room)
+
+
+class Engine:
+    """The model, its tokenizer and what the info endpoints report."""
+
+    def __init__(self, model: TinyMoEDecoder, tokenizer: CharTokenizer, args: argparse.Namespace):
+        self.model, self.tokenizer, self.args = model, tokenizer, args
+        self.lock = threading.Lock()
+        self.model_path = str(Path(args.model_path).resolve())
+        self.served_model_name = args.served_model_name or self.model_path
+        self.started = time.time()
+        self.last_gen_throughput = 0.0
+        self.requests = self.generated_tokens = 0  # model passes started / tokens made, for /server_info
+        self.rooms = Rooms()
+
+    def prompt_tokens(self, prompt: object) -> list[int]:
+        if isinstance(prompt, list) and len(prompt) == 1 and not isinstance(prompt[0], int):
+            prompt = prompt[0]  # a batch of one
+        if isinstance(prompt, str):
+            tokens = self.tokenizer.encode(prompt)
+        elif isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+            if any(not 0 <= t < VOCAB for t in prompt):
+                raise BadRequest(f"token ids must be in [0, {VOCAB})")
+            tokens = list(prompt)
+        else:
+            raise BadRequest("prompt must be a string or a list of token ids (one prompt per request)")
+        if not tokens:
+            raise BadRequest("empty prompt")
+        return tokens
+
+    def generate(self, tokens: list[int], max_tokens: int) -> Iterator[int]:
+        """Yield the generated token ids one by one, holding the model for the whole request."""
+        with self.lock:
+            start = time.perf_counter()
+            generated: list[int] = []
+            for _ in range(max_tokens):
+                token = self.model.next_token(tokens + generated)
+                generated.append(token)
+                yield token
+            self.last_gen_throughput = len(generated) / max(time.perf_counter() - start, 1e-9)
+            self.requests += 1
+            self.generated_tokens += len(generated)
+
+    def tokens_for(self, request: dict, tokens: list[int], max_tokens: int) -> tuple[int, Iterator[int]]:
+        """How many tokens this server makes for the request, and their iterator. A request that the SGLang
+        router sent in PD mode carries ``bootstrap_host``/``bootstrap_port``/``bootstrap_room`` and goes to both
+        servers: the prefill server makes the first token and leaves it in the room; the decode server takes it
+        from the prefill server's bootstrap port, streams it, and decodes the rest."""
+        room = request.get("bootstrap_room")
+        if room is None or self.args.role == "both":
+            return max_tokens, self.generate(tokens, max_tokens)
+        if isinstance(room, list):
+            raise BadRequest("one prompt per request")
+        if self.args.role == "prefill":
+            return 1, self._prefill(tokens, int(room))
+        host, port = request.get("bootstrap_host"), request.get("bootstrap_port")
+        if not host or not port:
+            raise BadRequest("a decode server needs the prefill server's bootstrap port (router: --prefill URL PORT)")
+        return max_tokens, self._decode(tokens, max_tokens, f"http://{host}:{port}/kv/{int(room)}")
+
+    def _prefill(self, tokens: list[int], room: int) -> Iterator[int]:
+        for token in self.generate(tokens, 1):
+            self.rooms.put(room, token)
+            yield token
+
+    def _decode(self, tokens: list[int], max_tokens: int, url: str) -> Iterator[int]:
+        with urllib.request.urlopen(url, timeout=BOOTSTRAP_TIMEOUT + 30) as response:
+            first = int(json.loads(response.read())["token"])
+        yield first
+        yield from self.generate([*tokens, first], max_tokens - 1)
+
+    def model_info(self) -> dict:
+        return {"model_path": self.model_path, "served_model_name": self.served_model_name,
+                "tokenizer_path": self.model_path, "is_generation": True, "preferred_sampling_params": None,
+                "weight_version": "default", "load_format": "random", "reasoning_parser": None,
+                "tool_call_parser": None, "disaggregation_mode": self.disaggregation_mode(),
+                "has_image_understanding": False, "has_audio_understanding": False,
+                "model_type": "tiny_moe_decoder", "architectures": ["TinyMoEDecoder"]}  # fmt: skip
+
+    def disaggregation_mode(self) -> str:
+        return "null" if self.args.role == "both" else self.args.role
+
+    def server_info(self) -> dict:
+        a = self.args
+        return {"model_path": self.model_path, "tokenizer_path": self.model_path,
+                "served_model_name": self.served_model_name, "host": a.host, "port": a.port, "tp_size": 1,
+                "dp_size": 1, "ep_size": 1, "context_length": CONTEXT_LEN, "max_running_requests": 1,
+                "disaggregation_mode": self.disaggregation_mode(),
+                "disaggregation_bootstrap_port": a.disaggregation_bootstrap_port, "num_layers": a.layers,
+                "hidden": a.hidden, "num_experts": a.experts, "topk": a.topk, "intermediate": a.inter,
+                "startup_time": self.started,
+                "internal_states": [{"last_gen_throughput": self.last_gen_throughput, "requests": self.requests,
+                                     "generated_tokens": self.generated_tokens, "avg_spec_accept_length": None}],
+                "version": VERSION, "frontend": "python"}  # fmt: skip
+
+    def model_card(self) -> dict:
+        return {"id": self.served_model_name, "object": "model", "created": int(self.started),
+                "owned_by": "sglang", "root": self.served_model_name, "parent": None,
+                "max_model_len": CONTEXT_LEN}  # fmt: skip
+
+
+def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # TCP_NODELAY, as uvicorn: each token leaves as soon as it is written
 
         def log_message(self, format: str, *args: object) -> None:
             return
 
-        def _json(self, code: int, body: dict) -> None:
-            data = json.dumps(body).encode()
+        def _send(self, code: int, data: bytes, content_type: str) -> None:
             self.send_response(code)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
 
+        def _json(self, code: int, body: object) -> None:
+            self._send(code, json.dumps(body).encode(), "application/json")
+
+        def _error(self, code: int, message: str) -> None:
+            self._json(code, {"object": "error", "message": message, "type": "BadRequestError", "param": None,
+                              "code": code})  # fmt: skip
+
+        def _route(self) -> str:
+            return self.path.split("?", 1)[0]
+
         def do_GET(self) -> None:
-            if self.path == "/health":
-                self._json(200, {"status": "ok", "role": role})
+            path = self._route()
+            if path in ("/health", "/ready"):
+                self._send(200, b"", "text/plain")
+            elif path == "/health_generate":
+                for _ in engine.generate([0], 1):
+                    pass
+                self._send(200, b"", "text/plain")
+            elif path == "/v1/models":
+                self._json(200, {"object": "list", "data": [engine.model_card()]})
+            elif path.startswith("/v1/models/"):
+                name = path.removeprefix("/v1/models/")
+                if name == engine.served_model_name:
+                    self._json(200, engine.model_card())
+                else:
+                    self._error(404, f"The model '{name}' does not exist")
+            elif path in ("/model_info", "/get_model_info"):
+                self._json(200, engine.model_info())
+            elif path in ("/server_info", "/get_server_info"):
+                self._json(200, engine.server_info())
+            elif path == "/flush_cache":
+                self._flush_cache()
             else:
-                self._json(404, {"error": "not found"})
+                self._json(404, {"detail": "Not Found"})
 
         def do_POST(self) -> None:
-            if self.path != "/v1/completions":
-                self._json(404, {"error": "not found"})
-                return
+            path = self._route()
             try:
-                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                prompt = request["prompt"]
-                tokens = list(prompt.encode()) if isinstance(prompt, str) else [int(t) % VOCAB for t in prompt]
-                max_tokens = int(request.get("max_tokens", 16))
-            except (ValueError, KeyError, TypeError) as exc:
-                self._json(400, {"error": f"bad request: {exc}"})
-                return
-            if not tokens or max_tokens < 1 or (role == "prefill" and max_tokens != 1):
-                self._json(400, {"error": "need a prompt and max_tokens >= 1 (a prefill server makes one token)"})
-                return
-            stream = bool(request.get("stream"))
-            if stream:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-            generated: list[int] = []
-            with lock:
-                for _ in range(max_tokens):
-                    token = model.next_token(tokens + generated)
-                    generated.append(token)
-                    if stream:
-                        self._chunk(token, None)
-            if stream:
-                self._chunk(None, "length")
-                self._write(b"data: [DONE]\n\n")
-                self._write(b"")
-                return
-            text = "".join(token_text(t) for t in generated)
-            self._json(200, {"object": "text_completion", "choices": [
-                {"index": 0, "text": text, "token_ids": generated, "finish_reason": "length"}],
-                "usage": {"prompt_tokens": len(tokens), "completion_tokens": len(generated)}})  # fmt: skip
+                length = int(self.headers.get("Content-Length", 0))
+                request = json.loads(self.rfile.read(length)) if length else {}
+                if path == "/flush_cache":
+                    self._flush_cache()
+                elif path == "/v1/completions":
+                    self._completions(request)
+                elif path == "/generate":
+                    self._generate(request)
+                elif path in ("/tokenize", "/v1/tokenize"):
+                    tokens = engine.prompt_tokens(request["prompt"])
+                    self._json(200, {"tokens": tokens, "count": len(tokens), "max_model_len": CONTEXT_LEN})
+                elif path in ("/detokenize", "/v1/detokenize"):
+                    self._json(200, {"text": engine.tokenizer.decode(engine.prompt_tokens(request["tokens"]))})
+                else:
+                    self._json(404, {"detail": "Not Found"})
+            except (BadRequest, ValueError, KeyError, TypeError) as exc:
+                self._error(400, str(exc))
 
-        def _chunk(self, token: int | None, finish: str | None) -> None:
-            choice = {"index": 0, "text": "" if token is None else token_text(token), "finish_reason": finish}
-            if token is not None:
-                choice["token_id"] = token
-            event = {"object": "text_completion", "created": int(time.time()), "choices": [choice]}
-            self._write(f"data: {json.dumps(event)}\n\n".encode())
+        def _flush_cache(self) -> None:
+            self._send(200, b"Cache flushed.\nThere is no prefix cache in this server; nothing was done.\n",
+                       "text/plain")  # fmt: skip
+
+        def _start_stream(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+
+        def _event(self, body: object) -> None:
+            self._write(b"data: " + json.dumps(body).encode() + b"\n\n")
+
+        def _end_stream(self) -> None:
+            self._write(b"data: [DONE]\n\n")
+            self._write(b"")
 
         def _write(self, payload: bytes) -> None:
             self.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
             self.wfile.flush()
 
+        def _completions(self, request: dict) -> None:
+            """OpenAI completions as SGLang streams them: one chunk per token, the finish reason on the last."""
+            tokens = engine.prompt_tokens(request["prompt"])
+            max_tokens = int(request.get("max_tokens") or 16)
+            if max_tokens < 1 or len(tokens) + max_tokens > CONTEXT_LEN:
+                raise BadRequest(f"need max_tokens >= 1 and prompt + max_tokens <= {CONTEXT_LEN}")
+            rid = uuid.uuid4().hex
+            created = int(time.time())
+            model = request.get("model") or engine.served_model_name
+            options = request.get("stream_options") or {}
+
+            def usage(n: int) -> dict:
+                return {"prompt_tokens": len(tokens), "total_tokens": len(tokens) + n, "completion_tokens": n,
+                        "prompt_tokens_details": None, "reasoning_tokens": 0}  # fmt: skip
+
+            max_tokens, tokens_out = engine.tokens_for(request, tokens, max_tokens)
+            if not request.get("stream"):
+                generated = list(tokens_out)
+                self._json(200, {"id": rid, "object": "text_completion", "created": created, "model": model,
+                                 "choices": [{"index": 0, "text": engine.tokenizer.decode(generated),
+                                              "logprobs": None, "finish_reason": "length", "matched_stop": None}],
+                                 "usage": usage(len(generated))})  # fmt: skip
+                return
+            self._start_stream()
+            for n, token in enumerate(tokens_out, start=1):
+                chunk = {"id": rid, "object": "text_completion", "created": created, "model": model,
+                         "choices": [{"index": 0, "text": engine.tokenizer.decode([token]), "logprobs": None,
+                                      "finish_reason": "length" if n == max_tokens else None,
+                                      "matched_stop": None}],
+                         "usage": usage(n) if options.get("continuous_usage_stats") else None}  # fmt: skip
+                self._event(chunk)
+            if options.get("include_usage"):
+                self._event({"id": rid, "object": "text_completion", "created": created, "model": model,
+                             "choices": [], "usage": usage(max_tokens)})  # fmt: skip
+            self._end_stream()
+
+        def _generate(self, request: dict) -> None:
+            """SGLang's native ``/generate``: cumulative text and ``meta_info`` in every streamed event."""
+            if request.get("input_ids") is not None:
+                tokens = engine.prompt_tokens(request["input_ids"])
+            else:
+                tokens = engine.prompt_tokens(request.get("text"))
+            params = request.get("sampling_params") or {}
+            max_tokens = int(params.get("max_new_tokens") or 128)
+            if max_tokens < 1 or len(tokens) + max_tokens > CONTEXT_LEN:
+                raise BadRequest(f"need max_new_tokens >= 1 and prompt + max_new_tokens <= {CONTEXT_LEN}")
+            rid = request.get("rid") or uuid.uuid4().hex
+            start = time.time()
+            generated: list[int] = []
+
+            def event() -> dict:
+                done = len(generated) == max_tokens
+                return {"text": engine.tokenizer.decode(generated), "output_ids": list(generated),
+                        "meta_info": {"id": rid, "finish_reason": {"type": "length", "length": max_tokens}
+                                      if done else None, "prompt_tokens": len(tokens),
+                                      "completion_tokens": len(generated), "cached_tokens": 0,
+                                      "e2e_latency": time.time() - start}}  # fmt: skip
+
+            max_tokens, tokens_out = engine.tokens_for(request, tokens, max_tokens)
+            if not request.get("stream"):
+                generated += tokens_out
+                self._json(200, event())
+                return
+            self._start_stream()
+            for token in tokens_out:
+                generated.append(token)
+                self._event(event())
+            self._end_stream()
+
     return Handler
+
+
+def make_bootstrap_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
+    class Bootstrap(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+        def do_GET(self) -> None:
+            room = self.path.removeprefix("/kv/")
+            token = engine.rooms.take(int(room), BOOTSTRAP_TIMEOUT) if room.isdigit() else None
+            body = json.dumps({"token": token} if token is not None else {"error": f"no room {room}"}).encode()
+            self.send_response(200 if token is not None else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    return Bootstrap
+
+
+class Server(ThreadingHTTPServer):
+    request_queue_size = 128  # a sweep opens up to its concurrency's connections at once
+    daemon_threads = True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,6 +421,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--role", choices=["both", "prefill", "decode"], default="both")
+    parser.add_argument("--model-path", default=str(HERE / "tokenizer"), help="directory with tokenizer.json")
+    parser.add_argument("--served-model-name", help="model id in /v1/models (default: the model path)")
+    parser.add_argument("--disaggregation-bootstrap-port", type=int, default=8998,
+                        help="prefill role: where decode servers take the first token of a PD request")  # fmt: skip
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--experts", type=int, default=4)
@@ -154,9 +434,13 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     model = TinyMoEDecoder(args.layers, args.hidden, args.experts, args.topk, args.inter)
     model.next_token([1, 2, 3])  # warm up before reporting healthy
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(model, threading.Lock(), args.role))
+    engine = Engine(model, CharTokenizer(Path(args.model_path)), args)
+    server = Server((args.host, args.port), make_handler(engine))
+    if args.role == "prefill":
+        bootstrap = Server((args.host, args.disaggregation_bootstrap_port), make_bootstrap_handler(engine))
+        threading.Thread(target=bootstrap.serve_forever, daemon=True).start()
     print(f"serving tiny MoE decoder ({args.role}, layers {args.layers}, hidden {args.hidden}) "
-          f"on http://{args.host}:{args.port}", flush=True)  # fmt: skip
+          f"as {engine.served_model_name} on http://{args.host}:{args.port}", flush=True)  # fmt: skip
     server.serve_forever()
     return 0
 

@@ -1,12 +1,22 @@
 """Serving sweep driver: run a benchmark client once per concurrency phase against a running server.
 
-    python sweep.py --label PD --base-url http://127.0.0.1:8000 --client sglang \
+    python sweep.py --label pd --base-url http://127.0.0.1:8000 --client sglang \
         --concurrency 1,8,16 --prompts 6,24,32 --input-len 256 --output-len 256 --out results.jsonl
 
-Prints ``===== PD concurrency=8 (n=24) =====`` before each phase, then the client's own output
-(its result block); keeps each phase's raw output (``phase_c<C>.log``) and JSON next to --out,
-appends the phase's JSON object (tagged with the label) to --out, and prints the done marker only
-after the last phase. A failed phase is reported and the sweep goes on.
+One code path for every host: the client runs with this interpreter (the host's serving environment).
+
+* ``--client sglang``: ``python -m sglang.bench_serving --backend sglang --dataset-name random-ids
+  --random-range-ratio 1 ... --output-file <phase>.json --output-details``
+* ``--client vllm``: ``python -m vllm.entrypoints.cli.main bench serve --backend vllm --dataset-name random
+  ... --save-result --save-detailed --result-dir <dir> --result-filename <phase>.json`` (``vllm bench serve``)
+* ``--client local`` (or ``loadgen``): the project's own ``loadgen.py``, which prints SGLang's block.
+
+The model and tokenizer are the server's: the clients ask ``/v1/models`` (and SGLang's ``/model_info``);
+``--tokenizer`` overrides. Prints ``===== pd concurrency=8 (n=24) =====`` before each phase, then the
+client's own output (its result block); keeps each phase's raw output (``phase_c<C>.log``) and result file
+next to --out, appends the phase's summary (tagged with the label, per-request arrays left out) to --out
+and one row per request to ``requests.jsonl`` beside it, and prints the done marker only after the last
+phase. A failed phase is reported and the sweep goes on.
 """
 
 from __future__ import annotations
@@ -15,9 +25,14 @@ import argparse
 import json
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# Per-request arrays in the clients' detailed results; kept in the phase file, not in the summary rows.
+DETAIL_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors", "start_times",
+               "cached_tokens", "cached_tokens_details")  # fmt: skip
+DEFAULT_BACKEND = {"sglang": "sglang", "vllm": "vllm"}
 
 
 def int_list(text: str) -> list[int]:
@@ -25,28 +40,80 @@ def int_list(text: str) -> list[int]:
 
 
 def client_command(args: argparse.Namespace, concurrency: int, prompts: int, result: Path) -> list[str]:
-    common = {"sglang": ["--num-prompts", str(prompts), "--max-concurrency", str(concurrency)]}
-    if args.client == "local":
+    lengths = ["--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len)]
+    load = ["--num-prompts", str(prompts), "--max-concurrency", str(concurrency)]
+    tokenizer = ["--tokenizer", args.tokenizer] if args.tokenizer else []
+    model = ["--model", args.model] if args.model else []
+    backend = args.backend or DEFAULT_BACKEND.get(args.client, "")
+    if args.client in ("local", "loadgen"):
         return [sys.executable, str(HERE / "loadgen.py"), "--base-url", args.base_url, "--num-prompts", str(prompts),
                 "--max-concurrency", str(concurrency), "--input-len", str(args.input_len),
                 "--output-len", str(args.output_len), "--output-file", str(result),
                 "--requests-file", str(result.with_suffix(".requests.jsonl"))]  # fmt: skip
     if args.client == "sglang":
-        return [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", args.base_url,
-                "--dataset-name", "random", "--random-input-len", str(args.input_len),
-                "--random-output-len", str(args.output_len), "--random-range-ratio", "1", *common["sglang"],
-                "--output-file", str(result)]  # fmt: skip
-    return ["vllm", "bench", "serve", "--base-url", args.base_url, "--dataset-name", "random",
-            "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
-            "--num-prompts", str(prompts), "--max-concurrency", str(concurrency), "--save-result",
-            "--result-dir", str(result.parent), "--result-filename", result.name]  # fmt: skip
+        # --random-range-ratio 1: every prompt exactly input_len tokens and every output exactly output_len.
+        return [sys.executable, "-m", "sglang.bench_serving", "--backend", backend, "--base-url", args.base_url,
+                "--dataset-name", args.dataset, *lengths, "--random-range-ratio", "1", *load, *model, *tokenizer,
+                "--output-file", str(result), "--output-details"]  # fmt: skip
+    # vLLM's random range ratio is a ± spread: its default 0 gives fixed lengths. random-ids is SGLang's name.
+    dataset = "random" if args.dataset == "random-ids" else args.dataset
+    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", backend,
+            "--base-url", args.base_url, "--endpoint", "/v1/completions", "--dataset-name", dataset, *lengths,
+            *load, *model, *tokenizer, "--save-result", "--save-detailed", "--result-dir", str(result.parent),
+            "--result-filename", result.name]  # fmt: skip
+
+
+def served_model(base_url: str) -> str | None:
+    """The first model id of ``/v1/models``, read whatever its content type: sglang-router 0.3.2 answers it as
+    ``text/plain``, which ``vllm bench serve`` refuses ("Attempt to decode JSON with unexpected mimetype")."""
+    try:
+        with urllib.request.urlopen(f"{base_url.rstrip('/')}/v1/models", timeout=30) as response:
+            return str(json.loads(response.read())["data"][0]["id"])
+    except (OSError, ValueError, KeyError, IndexError) as exc:
+        print(f"could not read the served model from {base_url}/v1/models: {exc!r}", flush=True)
+        return None
+
+
+def request_rows(summary: dict, label: str, concurrency: int) -> list[dict]:
+    """One row per request from a client's detailed result (SGLang ``--output-details``, vLLM
+    ``--save-detailed``): TTFT, the time of the last token (TTFT + the inter-token gaps) and mean ITL, in ms."""
+    ttfts = summary.get("ttfts") or []
+    itls = summary.get("itls") or [[] for _ in ttfts]
+    errors = summary.get("errors") or ["" for _ in ttfts]
+    input_lens = summary.get("input_lens") or [None for _ in ttfts]
+    output_lens = summary.get("output_lens") or [None for _ in ttfts]
+    rows = []
+    for seq, (ttft, gaps, error, input_len, output_len) in enumerate(
+        zip(ttfts, itls, errors, input_lens, output_lens, strict=False)
+    ):
+        ok = not error and bool(ttft)
+        rows.append({"config": label, "concurrency": concurrency, "seq": seq, "ok": ok, "input_len": input_len,
+                     "output_tokens": output_len if ok else 0, "ttft_ms": ttft * 1e3 if ok else None,
+                     "e2e_ms": (ttft + sum(gaps)) * 1e3 if ok else None,
+                     "mean_itl_ms": sum(gaps) / len(gaps) * 1e3 if ok and gaps else None,
+                     "error": (error or "")[-2000:]})  # fmt: skip
+    return rows
+
+
+def read_results(result: Path) -> list[dict]:
+    """The phase's result objects: SGLang appends JSON lines, vLLM writes one JSON document."""
+    text = result.read_text()
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return whole if isinstance(whole, list) else [whole]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--label", required=True)
     parser.add_argument("--base-url", required=True)
-    parser.add_argument("--client", choices=["local", "sglang", "vllm"], default="local")
+    parser.add_argument("--client", choices=["sglang", "vllm", "local", "loadgen"], default="sglang")
+    parser.add_argument("--backend", help="the client's --backend (default: sglang for SGLang, vllm for vLLM)")
+    parser.add_argument("--dataset", default="random-ids", help="random-ids (no download) or random (ShareGPT)")
+    parser.add_argument("--model", help="model id to request (default: the first of the server's /v1/models)")
+    parser.add_argument("--tokenizer", help="tokenizer path or id (default: the model's)")
     parser.add_argument("--concurrency", type=int_list, default=[1, 8, 16])
     parser.add_argument("--prompts", type=int_list, default=[6, 24, 32])
     parser.add_argument("--input-len", type=int, default=256)
@@ -56,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if len(args.concurrency) != len(args.prompts):
         parser.error("--concurrency and --prompts need the same number of values")
+    if args.client == "vllm" and not args.model:
+        args.model = served_model(args.base_url)
     phases_dir = args.out.parent / f"phases_{args.label}"
     phases_dir.mkdir(parents=True, exist_ok=True)
     failed = []
@@ -68,23 +137,30 @@ def main(argv: list[str] | None = None) -> int:
             proc = subprocess.Popen(client_command(args, concurrency, prompts, result), stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True)  # fmt: skip
             assert proc.stdout is not None
+            line = "\n"
             for line in proc.stdout:
                 raw.write(line)
                 print(line, end="", flush=True)
             code = proc.wait()
+        if not line.endswith("\n"):  # e.g. nanobind's leak report at a vLLM client's exit has no newline
+            print(flush=True)
         if code != 0 or not result.exists():
             failed.append(concurrency)
             print(f"phase concurrency={concurrency} failed (client exit {code}); going on", flush=True)
             continue
+        requests: list[dict] = []
         with args.out.open("a") as out:
-            for line in result.read_text().splitlines():
-                if line.strip():
-                    out.write(json.dumps({**json.loads(line), "tag": args.label}) + "\n")
-        raw = result.with_suffix(".requests.jsonl")
-        if raw.exists():  # per-request timings, when the client saves them
+            for summary in read_results(result):
+                requests += request_rows(summary, args.label, concurrency)
+                kept = {k: v for k, v in summary.items() if k not in DETAIL_KEYS}
+                out.write(json.dumps({**kept, "num_prompts": prompts, "tag": args.label}) + "\n")
+        raw_requests = result.with_suffix(".requests.jsonl")
+        if raw_requests.exists():  # the local load generator's own per-request file
+            requests = [{**json.loads(line), "config": args.label, "concurrency": concurrency}
+                        for line in raw_requests.read_text().splitlines() if line.strip()]  # fmt: skip
+        if requests:
             with (args.out.parent / "requests.jsonl").open("a") as out:
-                for line in raw.read_text().splitlines():
-                    out.write(json.dumps({**json.loads(line), "config": args.label, "concurrency": concurrency}) + "\n")
+                out.writelines(json.dumps(row) + "\n" for row in requests)
     if failed:
         print(f"failed phases: concurrency {failed}", flush=True)
     print(args.marker, flush=True)
