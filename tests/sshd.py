@@ -11,7 +11,6 @@ import json
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -97,8 +96,12 @@ class LoopbackSSHD:
         """Logins since the log began: sshd logs one 'Accepted publickey' per SSH connection."""
         return self.log.read_text(errors="replace").count("Accepted publickey") if self.log.exists() else 0
 
-    def connection(self, python: str = sys.executable, host_key: str | None = None) -> dict[str, object]:
-        """An Airflow connection to this server (JSON form of AIRFLOW_CONN_<ID>)."""
+    def connection(self, python: str | None = None, host_key: str | None = None) -> dict[str, object]:
+        """An Airflow connection to this server (JSON form of AIRFLOW_CONN_<ID>); its python is the host
+        environment's (.venv-host, with the serving stack), as on a GPU host."""
+        from benchflow.paths import host_python
+
+        python = python or host_python()
         return {
             "conn_type": "ssh",
             "host": "127.0.0.1",

@@ -12,11 +12,13 @@ One code path for every host: the client runs with this interpreter (the host's 
 * ``--client local`` (or ``loadgen``): the project's own ``loadgen.py``, which prints SGLang's block.
 
 The model and tokenizer are the server's: the clients ask ``/v1/models`` (and SGLang's ``/model_info``);
-``--tokenizer`` overrides. Prints ``===== pd concurrency=8 (n=24) =====`` before each phase, then the
-client's own output (its result block); keeps each phase's raw output (``phase_c<C>.log``) and result file
-next to --out, appends the phase's summary (tagged with the label, per-request arrays left out) to --out
-and one row per request to ``requests.jsonl`` beside it, and prints the done marker only after the last
-phase. A failed phase is reported and the sweep goes on.
+``--tokenizer`` overrides. Each phase runs ``--repeats`` times back to back (the servers stay up), after one
+warm-up phase at the first level when ``--warmup`` is given. Prints ``===== pd concurrency=8 (n=24) =====``
+before each phase (``... repeat=2 =====`` for the later repeats, ``... warmup =====`` for the warm-up), then
+the client's own output (its result block); keeps each phase's raw output (``phase_c<C>_r<R>.log``) and result
+file next to --out, appends the phase's summary (tagged with the label, repeat and warm-up, per-request arrays
+left out) to --out and one row per request to ``requests.jsonl`` beside it, and prints the done marker only
+after the last phase. A failed phase is reported and the sweep goes on.
 """
 
 from __future__ import annotations
@@ -105,6 +107,44 @@ def read_results(result: Path) -> list[dict]:
     return whole if isinstance(whole, list) else [whole]
 
 
+def run_phase(args: argparse.Namespace, phases_dir: Path, concurrency: int, prompts: int, repeat: int) -> bool:
+    """One phase (repeat 0 is the warm-up); True when the client succeeded and wrote its result."""
+    tag = " warmup" if repeat == 0 else f" repeat={repeat}" if repeat > 1 else ""
+    print(f"===== {args.label} concurrency={concurrency} (n={prompts}){tag} =====", flush=True)
+    result = phases_dir / f"phase_c{concurrency}_r{repeat}.json"
+    result.unlink(missing_ok=True)
+    result.with_suffix(".requests.jsonl").unlink(missing_ok=True)
+    with result.with_suffix(".log").open("w") as raw:
+        proc = subprocess.Popen(client_command(args, concurrency, prompts, result), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        assert proc.stdout is not None
+        line = "\n"
+        for line in proc.stdout:
+            raw.write(line)
+            print(line, end="", flush=True)
+        code = proc.wait()
+    if not line.endswith("\n"):  # e.g. nanobind's leak report at a vLLM client's exit has no newline
+        print(flush=True)
+    if code != 0 or not result.exists():
+        print(f"phase concurrency={concurrency}{tag} failed (client exit {code}); going on", flush=True)
+        return False
+    where = {"config": args.label, "concurrency": concurrency, "repeat": repeat}
+    requests: list[dict] = []
+    with args.out.open("a") as out:
+        for summary in read_results(result):
+            requests += [{**row, "repeat": repeat} for row in request_rows(summary, args.label, concurrency)]
+            kept = {k: v for k, v in summary.items() if k not in DETAIL_KEYS}
+            out.write(json.dumps({**kept, "num_prompts": prompts, "tag": args.label, "repeat": repeat,
+                                  "warmup": repeat == 0}) + "\n")  # fmt: skip
+    raw_requests = result.with_suffix(".requests.jsonl")
+    if raw_requests.exists():  # the local load generator's own per-request file
+        requests = [{**json.loads(line), **where} for line in raw_requests.read_text().splitlines() if line.strip()]
+    if requests:
+        with (args.out.parent / "requests.jsonl").open("a") as out:
+            out.writelines(json.dumps(row) + "\n" for row in requests)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--label", required=True)
@@ -118,51 +158,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int_list, default=[6, 24, 32])
     parser.add_argument("--input-len", type=int, default=256)
     parser.add_argument("--output-len", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each phase, back to back")
+    parser.add_argument("--warmup", action="store_true", help="one warm-up phase first (kept, marked)")
     parser.add_argument("--out", type=Path, default=Path("results.jsonl"))
     parser.add_argument("--marker", default="ALL_DONE")
     args = parser.parse_args(argv)
     if len(args.concurrency) != len(args.prompts):
         parser.error("--concurrency and --prompts need the same number of values")
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     if args.client == "vllm" and not args.model:
         args.model = served_model(args.base_url)
     phases_dir = args.out.parent / f"phases_{args.label}"
     phases_dir.mkdir(parents=True, exist_ok=True)
-    failed = []
-    for concurrency, prompts in zip(args.concurrency, args.prompts, strict=True):
-        print(f"===== {args.label} concurrency={concurrency} (n={prompts}) =====", flush=True)
-        result = phases_dir / f"phase_c{concurrency}.json"
-        result.unlink(missing_ok=True)
-        result.with_suffix(".requests.jsonl").unlink(missing_ok=True)
-        with (phases_dir / f"phase_c{concurrency}.log").open("w") as raw:
-            proc = subprocess.Popen(client_command(args, concurrency, prompts, result), stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True)  # fmt: skip
-            assert proc.stdout is not None
-            line = "\n"
-            for line in proc.stdout:
-                raw.write(line)
-                print(line, end="", flush=True)
-            code = proc.wait()
-        if not line.endswith("\n"):  # e.g. nanobind's leak report at a vLLM client's exit has no newline
-            print(flush=True)
-        if code != 0 or not result.exists():
-            failed.append(concurrency)
-            print(f"phase concurrency={concurrency} failed (client exit {code}); going on", flush=True)
-            continue
-        requests: list[dict] = []
-        with args.out.open("a") as out:
-            for summary in read_results(result):
-                requests += request_rows(summary, args.label, concurrency)
-                kept = {k: v for k, v in summary.items() if k not in DETAIL_KEYS}
-                out.write(json.dumps({**kept, "num_prompts": prompts, "tag": args.label}) + "\n")
-        raw_requests = result.with_suffix(".requests.jsonl")
-        if raw_requests.exists():  # the local load generator's own per-request file
-            requests = [{**json.loads(line), "config": args.label, "concurrency": concurrency}
-                        for line in raw_requests.read_text().splitlines() if line.strip()]  # fmt: skip
-        if requests:
-            with (args.out.parent / "requests.jsonl").open("a") as out:
-                out.writelines(json.dumps(row) + "\n" for row in requests)
+    plan = [(args.concurrency[0], args.prompts[0], 0)] if args.warmup else []
+    plan += [(c, n, r) for c, n in zip(args.concurrency, args.prompts, strict=True)
+             for r in range(1, args.repeats + 1)]  # fmt: skip
+    failed = [f"concurrency={c} repeat={r}" for c, n, r in plan if not run_phase(args, phases_dir, c, n, r)]
     if failed:
-        print(f"failed phases: concurrency {failed}", flush=True)
+        print(f"failed phases: {', '.join(failed)}", flush=True)
     print(args.marker, flush=True)
     return 1 if failed else 0
 

@@ -153,7 +153,10 @@ def _benchmark_stages(spec: CampaignSpec, deploy: BaseOperator, on_host: dict[st
 
 def _config_stage(spec: CampaignSpec, config: ServingConfig, on_host: dict[str, Any]) -> tuple[Any, Any]:
     timeouts = spec.timeouts
-    args = {**spec.benchmark.args, "label": config.name, "base_url": f"http://127.0.0.1:{config.endpoint.port}"}
+    bench = spec.benchmark
+    repeats = bench.repeats or spec.result_kind.default_repeats
+    args = {**bench.args, "label": config.name, "base_url": f"http://127.0.0.1:{config.endpoint.port}",
+            "repeats": repeats, "warmup": bench.warmup}  # the sweep driver's contract  # fmt: skip
     servers_up = LaunchServersOperator(task_id="launch_servers", config=config,
                                        execution_timeout=_seconds(timeouts.server_launch), **on_host)  # fmt: skip
     ready = ServersReadySensor(

@@ -178,6 +178,10 @@ class Benchmark(_Model):
     deferrable: bool = Field(
         default=True, description="wait in the triggerer (no worker slot); false: poke from a worker slot"
     )
+    repeats: int | None = Field(
+        default=None, ge=1, le=20, description="runs of each serving phase, back to back (default: the kind's)"
+    )
+    warmup: bool = Field(default=False, description="serving: one warm-up phase first, kept but marked")
 
     @field_validator("args")
     @classmethod

@@ -1,8 +1,11 @@
-"""serving_local end to end: a real tiny MoE server (and a prefill/decode pair behind a router), swept by
-the load generator, on the local host and over SSH; and a server that dies before it is healthy."""
+"""serving_local end to end with the real clients: tiny MoE servers (one, and a prefill/decode pair behind
+sglang-router in PD mode) swept by SGLang's ``bench_serving`` (and vLLM's ``bench serve``) from the host
+environment (.venv-host), on the local host and over SSH; the loaded rows against the clients' own JSON; and a
+server that dies before it is healthy."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -16,6 +19,9 @@ from tests.e2e.conftest import campaign_dags, run_dag
 pytestmark = pytest.mark.e2e
 
 SPEC = (PROJECT_ROOT / "include" / "campaigns" / "serving_local.yaml").read_text()
+assert "  args:\n" in SPEC
+TWICE = SPEC.replace("  args:\n", "  repeats: 2\n  args:\n")  # each phase twice, back to back
+ONCE = SPEC.replace("  args:\n", "  repeats: 1\n  args:\n")
 BROKEN = textwrap.dedent(
     """\
     description: one config whose server dies, then a healthy one
@@ -40,6 +46,7 @@ BROKEN = textwrap.dedent(
             port: 30111
     benchmark:
       script: sweep.py
+      repeats: 1
       args: {client: local, concurrency: [1, 2], prompts: [2, 2], input_len: 8, output_len: 4}
     timeouts: {server_ready: 60, benchmark: 300, poke_interval: 1}
     """
@@ -48,8 +55,8 @@ BROKEN = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def bag(tmp_path_factory, airflow_db, sshd):
-    specs = {"serving_local": SPEC, "serving_local_ssh": SPEC.replace("host: local", "host: gpu_loopback"),
-             "serving_broken": BROKEN}  # fmt: skip
+    specs = {"serving_local": TWICE, "serving_local_ssh": ONCE.replace("host: local", "host: gpu_loopback"),
+             "serving_local_vllm": ONCE.replace("client: sglang", "client: vllm"), "serving_broken": BROKEN}
     with campaign_dags(tmp_path_factory.mktemp("serving"), specs) as dags:
         yield dags
 
@@ -59,8 +66,9 @@ run = run_dag
 
 def serving_rows(run_id):
     return Warehouse.from_airflow().query(
-        "SELECT config, concurrency, num_prompts, completed, failed, input_len, output_len, output_throughput, "
-        "mean_ttft_ms, mean_e2e_ms FROM serving_results WHERE run_id = ? ORDER BY config, concurrency", [run_id]
+        "SELECT config, concurrency, repeat, warmup, num_prompts, completed, failed, input_len, output_len, "
+        "total_output_tokens, duration_s, output_throughput, mean_ttft_ms, mean_e2e_ms FROM serving_results "
+        "WHERE run_id = ? ORDER BY config, concurrency, repeat", [run_id]
     )
 
 
@@ -71,30 +79,46 @@ def servers_gone(workdir: Path, dag_id: str, run_id: str, jobs: list[str]) -> bo
 
 
 SERVER_JOBS = ["server_single_engine", "server_pd_prefill", "server_pd_decode", "server_pd_router"]
+SWEEP = {"concurrency": [1, 4], "prompts": [8, 16]}  # two levels of the spec's three: a shorter test
 
 
-@pytest.mark.parametrize(("campaign", "workdir"), [("serving_local", "local"), ("serving_local_ssh", "ssh")])
-def test_two_config_comparison_loads_one_validated_row_per_config_and_concurrency(bag, sshd, var_dir, campaign,
-                                                                                   workdir):  # fmt: skip
-    run_id, state, tasks = run(bag, campaign)
+def client_records(rundir: Path) -> dict[tuple[str, int, int], dict]:
+    """What the client itself wrote, per (config, concurrency, repeat): the sweep's --out JSON lines."""
+    records = [json.loads(line) for line in (rundir / "results.jsonl").read_text().splitlines()]
+    return {(r["tag"], r["max_concurrency"], r["repeat"]): r for r in records}
+
+
+@pytest.mark.parametrize(("campaign", "workdir", "repeats"), [
+    ("serving_local", "local", 2), ("serving_local_ssh", "ssh", 1), ("serving_local_vllm", "local", 1),
+])  # fmt: skip
+def test_the_real_clients_rows_match_their_own_json(bag, sshd, var_dir, campaign, workdir, repeats):
+    run_id, state, tasks = run(bag, campaign, conf=SWEEP)
     assert state == "success", tasks
     rows = serving_rows(run_id)
-    assert list(zip(rows["config"], rows["concurrency"], rows["num_prompts"], strict=True)) == [
-        ("pd", 1, 2), ("pd", 2, 4), ("pd", 4, 8), ("single", 1, 2), ("single", 2, 4), ("single", 4, 8)
-    ]  # fmt: skip
-    assert (rows["completed"] == rows["num_prompts"]).all() and (rows["failed"] == 0).all()
-    assert (rows["input_len"] == 16).all() and (rows["output_len"] == 8).all()
-    assert (rows["output_throughput"] > 0).all() and (rows["mean_ttft_ms"] <= rows["mean_e2e_ms"]).all()
+    expected = [(c, level, n, r) for c in ("pd", "single") for level, n in ((1, 8), (4, 16))
+                for r in range(1, repeats + 1)]  # fmt: skip
+    assert list(zip(rows["config"], rows["concurrency"], rows["num_prompts"], rows["repeat"], strict=True)) == expected
+    assert not rows["warmup"].any()
+    assert (rows["completed"] == rows["num_prompts"]).all()
+    assert (rows["input_len"] == 64).all() and (rows["output_len"] == 32).all()
+    assert (rows["mean_ttft_ms"] <= rows["mean_e2e_ms"]).all()
+    host_workdir = var_dir / "hosts" / "local" if workdir == "local" else sshd.workdir
+    rundir = Path(layout.run_dir(str(host_workdir), f"bench_{campaign}", run_id))
+    records = client_records(rundir)
+    for row in rows.itertuples(index=False):
+        record = records[(row.config, row.concurrency, row.repeat)]  # the client's own figures, full precision
+        assert row.completed == record["completed"] and row.total_output_tokens == record["total_output_tokens"]
+        assert row.output_throughput == pytest.approx(record["output_throughput"], rel=0.02)
+        assert row.output_throughput == pytest.approx(row.total_output_tokens / row.duration_s, rel=0.02)
     status = Warehouse.from_airflow().query("SELECT status FROM runs WHERE run_id = ?", [run_id])["status"].tolist()
     assert status == ["ok"]
     requests = Warehouse.from_airflow().query(
-        "SELECT config, concurrency, count(*) AS n, sum(CASE WHEN ok THEN 1 ELSE 0 END) AS ok, "
+        "SELECT config, concurrency, repeat, count(*) AS n, sum(CASE WHEN ok THEN 1 ELSE 0 END) AS ok, "
         "max(CASE WHEN ttft_ms <= e2e_ms THEN 0 ELSE 1 END) AS bad FROM serving_requests WHERE run_id = ? "
-        "GROUP BY config, concurrency ORDER BY config, concurrency", [run_id]
+        "GROUP BY config, concurrency, repeat ORDER BY config, concurrency, repeat", [run_id]
     )  # fmt: skip
     assert requests["n"].tolist() == rows["num_prompts"].tolist() == requests["ok"].tolist()
     assert requests["bad"].sum() == 0
-    host_workdir = var_dir / "hosts" / "local" if workdir == "local" else sshd.workdir
     assert servers_gone(host_workdir, f"bench_{campaign}", run_id, SERVER_JOBS)
 
 
@@ -117,12 +141,12 @@ def test_server_that_dies_fails_its_config_with_its_log_and_the_next_config_stil
 
 
 def test_trigger_conf_changes_the_sweep_and_the_server_arguments(bag, var_dir):
-    conf = {"concurrency": [1, 3], "prompts": [1, 3], "output_len": 4, "server_args": "--layers 1 --hidden 32"}
+    conf = {"concurrency": [3], "prompts": [6], "output_len": 8, "server_args": "--layers 1 --hidden 32"}
     run_id, state, tasks = run_dag(bag, "serving_local", conf=conf)
     assert state == "success", tasks
     rows = serving_rows(run_id)
-    assert list(zip(rows["config"], rows["concurrency"], rows["output_len"], strict=True)) == [
-        ("pd", 1, 4), ("pd", 3, 4), ("single", 1, 4), ("single", 3, 4)
+    assert list(zip(rows["config"], rows["concurrency"], rows["repeat"], rows["output_len"], strict=True)) == [
+        ("pd", 3, 1, 8), ("pd", 3, 2, 8), ("single", 3, 1, 8), ("single", 3, 2, 8)
     ]  # fmt: skip
     rundir = Path(layout.run_dir(str(var_dir / "hosts" / "local"), "bench_serving_local", run_id))
     launched = {"server_single_engine": "both", "server_pd_prefill": "prefill", "server_pd_decode": "decode"}

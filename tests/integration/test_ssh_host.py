@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 
 import pytest
 
@@ -132,4 +131,6 @@ def test_preflight_over_ssh(sshd):
     command = preflight.facts_command(host.python, host.workdir)
     facts = preflight.parse_facts(host.check(command, 120, "preflight").stdout)
     assert facts["gpu"] == "none" and facts["torch"].startswith("2.")
-    assert host.python == sys.executable
+    from benchflow.paths import host_python
+
+    assert host.python == host_python()  # the connection's extra, the host environment's python

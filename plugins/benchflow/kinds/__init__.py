@@ -74,6 +74,7 @@ class ResultKind:
     suite_params: Callable[[Any, Mapping[str, Any]], dict[str, Any]] = _no_params  # (benchmark, run args)
     parser_options: Callable[[Any], dict[str, Any]] = _no_options  # (benchmark) → options for parse
     takes_patterns: bool = False  # the spec's benchmark.patterns configure its format
+    default_repeats: int = 1  # runs of each phase when the spec does not say (benchmark.repeats)
     repeat_sql: str = "1"  # which repeat of its case a row is
     warmup_sql: str = "FALSE"  # rows kept but left out of every statistic
     defaults: Mapping[str, Any] = field(default_factory=dict)  # a column's value when a row leaves it empty

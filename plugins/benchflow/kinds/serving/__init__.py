@@ -136,6 +136,7 @@ KIND = ResultKind(
     case_sql="'config=' || config || ',concurrency=' || CAST(concurrency AS TEXT)",
     point_sql="'concurrency=' || CAST(concurrency AS TEXT)",
     group_sql="config",
+    default_repeats=3,
     repeat_sql="repeat",
     warmup_sql="warmup",
     wide_view="serving_wide",
