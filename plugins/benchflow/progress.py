@@ -34,6 +34,7 @@ BENCH_LINE = re.compile(r"\] log: (.*?) \[benchflow\.triggers")
 CHECK_LINE = re.compile(r"\] progress \[check (\d+), ([^,]*), pid ([^\]]*)\]: ?(.*?) \[benchflow\.")
 DAG_TEST_START = re.compile(r"\[DAG TEST\] starting task_id=(\S+)")
 ERROR_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Timeout|Exit)\w*): (.+)")
+TIMESTAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
 PLAIN_EVERY_S = 2.0  # piped output: at most one progress line per this many seconds
 
 
@@ -132,7 +133,7 @@ class Watch:
                 took = _seconds(start, end)
                 duration = f"{took:6.1f} s" if took is not None else ""
                 mark = {"success": "ok  ", "failed": "FAIL", "skipped": "skip", "upstream_failed": "skip"}
-                self.say(f"{_clock()}  {mark.get(state, state):<6}  {task_id:<28} {state:<16} {duration}")
+                self.say(f"{_clock(end)}  {mark.get(state, state):<6}  {task_id:<28} {state:<16} {duration}")
 
     def progress(self) -> None:
         """The running task's newest benchmark line and check, once it has any (the wait)."""
@@ -192,8 +193,9 @@ def task_rows(engine: Any, dag_id: str, run_id: str) -> tuple[str | None, list[t
     return run[0], [(r[0], r[1], r[2], r[3]) for r in tis]
 
 
-def failure_of(log_file: Path, task_id: str) -> str:
-    """The error a failed task's log section ends with (the last ``SomethingError: message`` line)."""
+def failure_of(log_file: Path, task_id: str, tail: int = 6) -> str:
+    """The exception a failed task ended with: the lines after its traceback's last frame (the message, and
+    what the message carries, e.g. the benchmark's last log lines, the last ``tail`` of them)."""
     try:
         text = log_file.read_text(errors="replace")
     except OSError:
@@ -204,12 +206,22 @@ def failure_of(log_file: Path, task_id: str) -> str:
             current = found.group(1)
         if current == task_id:
             section.append(line)
-    errors = [m for line in section if (m := ERROR_LINE.search(line)) and "Traceback" not in line]
-    if not errors:
+    starts = [i for i, line in enumerate(section) if "Task failed with exception" in line]
+    if not starts:
         return ""
-    found = errors[-1]
-    message = found.group(2).split(" [airflow.")[0].split(" [task]")[0].strip()
-    return f"{found.group(1).split('.')[-1]}: {message}"[:600]
+    block: list[str] = []
+    for line in section[starts[-1] + 1 :]:
+        if TIMESTAMPED.match(line):
+            break
+        block.append(line)
+    frames = [i for i, line in enumerate(block) if line[:1].isspace()]
+    message = [line for line in block[(frames[-1] + 1) if frames else 0 :] if line.strip()]
+    if not message:
+        return ""
+    head = re.sub(r"^[\w.]+\.(\w+(?:Error|Exception|Timeout\w*)): ", r"\1: ", message[0])
+    rest = message[1:]
+    lines = [head[:600]] + [f"    {line[:300]}" for line in rest[-tail:]]
+    return "\n".join(lines)
 
 
 # -- the child: dag.test() ---------------------------------------------------------------------------
