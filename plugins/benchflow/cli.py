@@ -2,10 +2,11 @@
 
     bench validate [SPEC ...]                 check campaign specs; errors by file, line and field
     bench parse FILE [--kind K] [--format F]  tidy rows of a benchmark output as JSON lines
-    bench run CAMPAIGN                        run one campaign through Airflow (dag.test) and print its rows
+    bench run CAMPAIGN [-v]                   run one campaign through Airflow (dag.test) and print its rows
     bench sql QUERY                           run a read-only query against the results warehouse
     bench migrate                             create or update the warehouse's tables and views
     bench pools                               create the Airflow pool of every spec's host (one slot each)
+    bench up [--port N] [--db D]              start Airflow for this project here (no Docker); bench down stops it
 """
 
 from __future__ import annotations
@@ -186,6 +187,24 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_up(args: argparse.Namespace) -> int:
+    from benchflow import local_stack
+
+    try:
+        local_stack.up(port=args.port, db=args.db)
+    except RuntimeError as exc:
+        print(f"bench up: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from benchflow import local_stack
+
+    local_stack.down()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -227,6 +246,17 @@ def build_parser() -> argparse.ArgumentParser:
         "pools", help="create the host pools", description="Create the one-slot Airflow pool of every spec's host."
     )
     pools.set_defaults(func=cmd_pools)
+    up = sub.add_parser(
+        "up", help="start Airflow for this project on this machine (no Docker)",
+        description="Start the api-server, scheduler, dag-processor and triggerer (LocalExecutor) for this "
+        "project, create the pools and the warehouse schema, print the URL and the login.",
+    )  # fmt: skip
+    up.add_argument("--port", type=int, help="the UI's port (default 8080, or BENCH_UP_PORT)")
+    up.add_argument("--db", help="metadata DB: postgres, sqlite or a SQLAlchemy URI (default: the local "
+                    "PostgreSQL if it answers, else SQLite)")  # fmt: skip
+    up.set_defaults(func=cmd_up)
+    down = sub.add_parser("down", help="stop what bench up started", description="Stop what bench up started.")
+    down.set_defaults(func=cmd_down)
     return parser
 
 
