@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   runs the demo campaign through Airflow against this machine (results in DuckDB)
 #   make test   runs ruff, mypy and the test suite (unit, integration, e2e)
+#   make up     starts Airflow for this project here (UI, Benchmarks view); make down stops it
 # Both create .venv on first use and refresh it when the requirements change.
 
 VENV   := .venv
@@ -11,7 +12,7 @@ PYTHON ?= python3
 SYSTEM_DEPS := /usr/sbin/sshd /usr/bin/chromium
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint venv constraints clean compose-env
+.PHONY: demo test lint venv constraints clean compose-env up down
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +25,14 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/bench run moe_kernel_local
+
+# The project's Airflow on this machine, no Docker: api-server, scheduler, dag-processor, triggerer (LocalExecutor),
+# metadata in the local PostgreSQL when it answers, else SQLite. Prints the URL and the login; `make down` stops it.
+up: $(STAMP)
+	$(VENV)/bin/bench up
+
+down:
+	$(VENV)/bin/bench down
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -194,7 +194,8 @@ def trend_charts(warehouse: Warehouse, kind: ResultKind, name: str, findings: pd
                             + (" · REGRESSION" if (r.run_id, case, metric) in marked else ""),
                             href=run_href(r.dag_id, r.run_id), marked=(r.run_id, case, metric) in marked)
                       for r in rows.itertuples()]  # fmt: skip
-            series.append(Series(re.sub(r"[A-Za-z_]+=", "", str(case)), points))
+            label = str(case) if str(case).count("=") < 2 else re.sub(r"[A-Za-z_]+=", "", str(case))
+            series.append(Series(label, points))
         charts.append(line_chart(series, "night, MM-DD (one point per valid run)", f"{metric} ({better} is better)",
                                  x_names=nights, title=f"{metric} trend"))  # fmt: skip
     return f'<div class="charts">{"".join(charts)}</div>'
