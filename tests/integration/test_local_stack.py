@@ -89,7 +89,8 @@ def test_bench_up_runs_a_campaign_and_bench_down_stops_everything(local_env):
         time.sleep(2)
     assert state_now == "success"
 
-    view = requests.get(f"{url}/benchmarks/campaign/up_smoke", timeout=30)
+    assert requests.get(f"{url}/benchmarks/", timeout=30).status_code == 401  # for signed-in users only
+    view = requests.get(f"{url}/benchmarks/campaign/up_smoke", headers=headers, timeout=30)
     assert view.status_code == 200 and run_id in view.text and ">2000<" in view.text  # the run's tok/s
     nav = requests.get(f"{api}/plugins", headers=headers, timeout=30).json()["plugins"]
     assert any(v["name"] == "Benchmarks" for p in nav for v in p["external_views"])

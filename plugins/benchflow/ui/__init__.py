@@ -6,8 +6,8 @@ circled, the headline metric of each configuration at each level of the kind's l
 each concurrency; kernel: tok/s against M), and a link from every point to its DAG run. Kind-generic: it reads
 each kind's ``table``, ``display``, ``trend``, ``headline``, ``wide_view`` and ``key``. It reads the warehouse
 read-only (the published DuckDB snapshot, or PostgreSQL through a read-only session) and never migrates or
-writes it. Pages are HTML rendered here (every value through ``html.escape``) with inline SVG charts: no
-JavaScript, nothing fetched from elsewhere.
+writes it, for users signed in to Airflow. Pages are HTML rendered here (every value through ``html.escape``)
+with inline SVG charts: no JavaScript, nothing fetched from elsewhere.
 """
 
 from __future__ import annotations
@@ -16,10 +16,24 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
 
 from benchflow.ui import pages
+
+
+async def signed_in(request: Request) -> None:
+    """Only for users signed in to Airflow: the api-server's JWT, from ``Authorization: Bearer`` or the UI's
+    session cookie (the view is an iframe of the UI, same origin, so the browser sends it)."""
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+    from airflow.api_fastapi.core_api.security import resolve_user_from_token
+
+    header = request.headers.get("authorization", "")
+    token = header[7:] if header.lower().startswith("bearer ") else request.cookies.get(COOKIE_NAME_JWT_TOKEN)
+    if not token:
+        raise HTTPException(401, "sign in to Airflow first")
+    await resolve_user_from_token(token)  # raises 401/403 for a bad or expired token
+
 
 app = FastAPI(title="benchflow: Benchmarks", docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -28,7 +42,7 @@ def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(pages.document(title, body), status_code=status)
 
 
-@app.get("/", response_class=HTMLResponse)
+@app.get("/", response_class=HTMLResponse, dependencies=[Depends(signed_in)])
 def index() -> HTMLResponse:
     try:
         warehouse = pages.open_warehouse()
@@ -38,7 +52,7 @@ def index() -> HTMLResponse:
     return _page("Benchmarks", body)
 
 
-@app.get("/campaign/{campaign}", response_class=HTMLResponse)
+@app.get("/campaign/{campaign:path}", response_class=HTMLResponse, dependencies=[Depends(signed_in)])
 def campaign(campaign: str) -> HTMLResponse:
     try:
         warehouse = pages.open_warehouse()
