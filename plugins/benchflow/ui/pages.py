@@ -160,6 +160,10 @@ def campaign(warehouse: Warehouse, name: str) -> str:
         out.append(f"<h2>{escape(comparison_title(kind))}</h2>{comparison(warehouse, kind, name, run)}")
     out.append("<h2>Regressions</h2>")
     if len(findings):
+        rank = sorted(range(len(findings)), key=lambda i: (_natural((findings["case_key"].iloc[i], None)),
+                                                            str(findings["metric"].iloc[i])))  # fmt: skip
+        rank.sort(key=lambda i: str(findings["night"].iloc[i]), reverse=True)  # newest night first, stable
+        findings = findings.iloc[rank].reset_index(drop=True)
         findings["relative_change"] = findings["relative_change"].map(lambda v: f"{100 * v:+.1f}%")
         out.append(table(findings, links={"run_id": lambda r: run_href(r.dag_id, r.run_id)}))
     else:
