@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from benchflow.remote import layout
 from tests.conftest import FIXTURES, PROJECT_ROOT, live_group_members
 
 pytestmark = pytest.mark.integration
@@ -109,7 +110,8 @@ def test_a_failed_run_names_the_task_its_error_and_the_log(env, var_dir):
     assert services_log(var_dir) == ["stopped", "started"]
 
 
-def test_sigterm_in_the_wait_kills_the_benchmark_and_restores_the_services(env, var_dir):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_signal_in_the_wait_kills_the_benchmark_and_restores_the_services(env, var_dir, signum):
     services_log(var_dir)
     proc = subprocess.Popen([str(BENCH), "run", "quiet_hang"], env=env, stdout=subprocess.PIPE, text=True,
                             cwd=PROJECT_ROOT)  # fmt: skip
@@ -124,15 +126,15 @@ def test_sigterm_in_the_wait_kills_the_benchmark_and_restores_the_services(env, 
         assert line or proc.poll() is None, "".join(seen)
     else:
         pytest.fail("no progress line of the hanging wait:\n" + "".join(seen))
-    pid_files = list((var_dir / "hosts" / "local" / "bench_quiet_hang").glob("*/bench/pid"))
-    assert len(pid_files) == 1
-    pgid = int(pid_files[0].read_text())
+    run_id = seen[0].split(", run ", 1)[1].strip()
+    pid_file = Path(layout.run_dir(str(var_dir / "hosts" / "local"), "bench_quiet_hang", run_id)) / "bench" / "pid"
+    pgid = int(pid_file.read_text())
     assert live_group_members(pgid)  # the benchmark and its child are running
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     rest, _ = proc.communicate(timeout=120)
     out = "".join(seen) + rest
-    assert proc.returncode == 128 + signal.SIGTERM, out
-    assert "SIGTERM: stopping the run" in out
+    assert proc.returncode == 128 + signum, out
+    assert f"{signal.Signals(signum).name}: stopping the run" in out
     for task in ("stop_benchmark", "restore_services", "release_host"):
         assert any(line.split()[1:3] == ["ok", task] for line in out.splitlines() if len(line.split()) > 2), out
     assert live_group_members(pgid) == []
