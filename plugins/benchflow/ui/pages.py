@@ -209,21 +209,33 @@ def _natural(item: tuple[Any, Any]) -> list[Any]:
     return [(0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", str(item[0])) if t]
 
 
+def case_key(kind: ResultKind) -> list[str]:
+    """The key columns that tell cases apart: the kind's key without its repeat column, if it has one."""
+    repeat = str(getattr(kind, "repeat_sql", "1"))
+    return [column for column in kind.key if column != repeat]
+
+
 def comparison_title(kind: ResultKind) -> str:
-    if len(kind.key) > 1:
-        return f"{kind.headline} of each {', '.join(kind.key[:-1])} at each {kind.key[-1]} (latest valid run)"
-    return f"{kind.headline} against {kind.key[-1]} (latest valid run)"
+    key = case_key(kind)
+    if len(key) > 1:
+        return f"{kind.headline} of each {', '.join(key[:-1])} at each {key[-1]} (latest valid run)"
+    return f"{kind.headline} against {key[-1]} (latest valid run)"
 
 
 def comparison(warehouse: Warehouse, kind: ResultKind, name: str, run: Any) -> str:
-    """The headline metric of the latest valid run: one line per value of the leading key columns, against the
-    last key column, and the same as a table (configs side by side at each concurrency)."""
+    """The headline metric of the latest valid run (the mean over repeats, warm-ups left out, where the kind has
+    them): one line per value of the leading key columns, against the last key column, and the same as a table
+    (configs side by side at each concurrency)."""
     p = warehouse.p
-    axis, groups = kind.key[-1], list(kind.key[:-1])
+    key = case_key(kind)
+    axis, groups = key[-1], key[:-1]
+    warmup = str(getattr(kind, "warmup_sql", "FALSE"))
+    columns = ", ".join(key)
     frame = warehouse.query(
-        f"SELECT {', '.join(kind.key)}, {kind.headline} AS value FROM {kind.wide_view} "
-        f"WHERE dag_id = {p} AND run_id = {p} ORDER BY {', '.join(kind.key)}", [run["dag_id"], run["run_id"]]
-    )  # fmt: skip
+        f"SELECT {columns}, AVG({kind.headline}) AS value FROM {kind.wide_view} WHERE dag_id = {p} AND run_id = {p} "
+        f"AND {kind.headline} IS NOT NULL AND NOT ({warmup}) GROUP BY {columns} ORDER BY {columns}",
+        [run["dag_id"], run["run_id"]],
+    )
     if not len(frame):
         return '<p class="empty">no rows</p>'
     label = frame[groups].astype(str).agg(", ".join, axis=1) if groups else None
