@@ -141,3 +141,31 @@ def test_a_signal_in_the_wait_kills_the_benchmark_and_restores_the_services(env,
     assert services_log(var_dir) == ["stopped", "started"]
     lease = var_dir / "hosts" / "local" / ".bench_lease"
     assert not lease.exists() or "quiet_hang" not in lease.read_text()
+
+
+def test_on_a_terminal_the_progress_line_is_rewritten_in_place(tmp_path):
+    import io
+
+    from benchflow.progress import Watch
+
+    log = tmp_path / "run.log"
+    log.write_text(
+        "2026-01-01T00:00:00Z [info     ] [DAG TEST] starting task_id=wait_done map_index=-1 [airflow.sdk] loc=x\n"
+        "2026-01-01T00:00:01Z [info     ] progress [check 1, 0s, pid 42]:  [benchflow.triggers.DoneMarkerTrigger] x\n"
+        "2026-01-01T00:00:02Z [info     ] log: 1 0.500 2000 500.00 [benchflow.triggers.DoneMarkerTrigger] loc=x\n"
+    )
+    screen = io.StringIO()
+    watch = Watch("bench_x", "manual__1", log, screen, tty=True)
+    watch.read_log()
+    watch.progress()
+    with log.open("a") as handle:
+        handle.write("2026-01-01T00:00:03Z [info     ] log: 2 1.000 2000 500.00 [benchflow.triggers.Done] loc=x\n")
+    watch.read_log()
+    watch.progress()
+    watch.update([("wait_done", "success", "2026-01-01T00:00:00+00:00", "2026-01-01T00:00:04+00:00")])
+    text = screen.getvalue()
+    assert text.count("\r\033[K") >= 3  # each progress line replaces the last; the end line clears it
+    assert "(check 1, pid 42)  1 0.500 2000 500.00" in text and "(check 1, pid 42)  2 1.000 2000 500.00" in text
+    last = text.rsplit("\r\033[K", 1)[1]
+    assert " ok      wait_done " in last and "4.0 s" in last and last.endswith("\n")
+    assert text.splitlines()[0].endswith("start   wait_done")
