@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from benchflow.remote import layout
+from benchflow.remote.lease import LEASE_FILE
 from tests.conftest import FIXTURES, PROJECT_ROOT, live_group_members
 
 pytestmark = pytest.mark.integration
@@ -116,6 +117,16 @@ def test_a_signal_in_the_wait_kills_the_benchmark_and_restores_the_services(env,
     proc = subprocess.Popen([str(BENCH), "run", "quiet_hang"], env=env, stdout=subprocess.PIPE, text=True,
                             cwd=PROJECT_ROOT)  # fmt: skip
     assert proc.stdout is not None
+    try:
+        signalled(proc, var_dir, signum)
+    finally:
+        if proc.poll() is None:  # a failed check above: never leave the run (and its benchmark) behind
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(120)
+
+
+def signalled(proc: subprocess.Popen[str], var_dir: Path, signum: int) -> None:
+    assert proc.stdout is not None
     seen: list[str] = []
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
@@ -139,8 +150,8 @@ def test_a_signal_in_the_wait_kills_the_benchmark_and_restores_the_services(env,
         assert any(line.split()[1:3] == ["ok", task] for line in out.splitlines() if len(line.split()) > 2), out
     assert live_group_members(pgid) == []
     assert services_log(var_dir) == ["stopped", "started"]
-    lease = var_dir / "hosts" / "local" / ".bench_lease"
-    assert not lease.exists() or "quiet_hang" not in lease.read_text()
+    lease = var_dir / "hosts" / "local" / LEASE_FILE  # released: the next campaign may take the host
+    assert not lease.exists() or "bench_quiet_hang" not in lease.read_text()
 
 
 def test_on_a_terminal_the_progress_line_is_rewritten_in_place(tmp_path):
