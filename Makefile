@@ -1,7 +1,8 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   runs the demo campaign through Airflow against this machine (results in DuckDB)
 #   make test   runs ruff, mypy and the test suite (unit, integration, e2e)
-# Both create .venv (Airflow's environment) and .venv-host (the serving host's: torch, triton, the real
+#   make up     starts Airflow for this project here (UI, Benchmarks view); make down stops it
+# They create .venv (Airflow's environment) and .venv-host (the serving host's: torch, triton, the real
 # SGLang/vLLM benchmark clients and sglang-router) on first use and refresh them when their requirements change.
 
 VENV   := .venv
@@ -17,7 +18,7 @@ HOST_VENV  := .venv-host
 HOST_PY    := $(HOST_VENV)/bin/python
 HOST_STAMP := $(HOST_VENV)/.installed
 
-.PHONY: demo test lint venv host-venv constraints clean compose-env
+.PHONY: demo test lint venv host-venv constraints clean compose-env up down
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,6 +47,14 @@ host-venv: $(HOST_STAMP)
 
 demo: $(STAMP) $(HOST_STAMP)
 	$(VENV)/bin/bench run moe_kernel_local
+
+# The project's Airflow on this machine, no Docker: api-server, scheduler, dag-processor, triggerer (LocalExecutor),
+# metadata in the local PostgreSQL when it answers, else SQLite. Prints the URL and the login; `make down` stops it.
+up: $(STAMP) $(HOST_STAMP)
+	$(VENV)/bin/bench up
+
+down:
+	$(VENV)/bin/bench down
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

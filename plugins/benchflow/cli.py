@@ -2,11 +2,12 @@
 
     bench validate [SPEC ...]                 check campaign specs; errors by file, line and field
     bench parse FILE [--kind K] [--format F]  tidy rows of a benchmark output as JSON lines
-    bench run CAMPAIGN                        run one campaign through Airflow (dag.test) and print its rows
+    bench run CAMPAIGN [-v]                   run one campaign through Airflow (dag.test) and print its rows
     bench sql QUERY                           run a read-only query against the results warehouse
     bench compare A B [--point P] [--metric M]  is B better than A? (configs, runs or nights; 95 % intervals)
     bench migrate                             create or update the warehouse's tables and views
     bench pools                               create the Airflow pool of every spec's host (one slot each)
+    bench up [--port N] [--db D]              start Airflow for this project here (no Docker); bench down stops it
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from benchflow.paths import PROJECT_ROOT, var_dir
@@ -140,46 +140,26 @@ def cmd_pools(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """One campaign through Airflow (``dag.test`` in a child process), quietly: a line per task, the wait's
+    progress, the table; Airflow's logs in a file (``-v`` shows them). See :mod:`benchflow.progress`."""
     from benchflow.spec import SpecError, find_spec, load_spec
 
     try:
-        spec = load_spec(find_spec(args.campaign))
+        path = find_spec(args.campaign)
+        spec = load_spec(path)
     except SpecError as exc:
         print(exc, file=sys.stderr)
         return 1
+    if args.conf:
+        try:
+            json.loads(args.conf)
+        except ValueError as exc:
+            print(f"--conf is not JSON: {exc}", file=sys.stderr)
+            return 2
     configure_airflow()
-    started = time.monotonic()
-    from airflow.dag_processing.dagbag import DagBag
-    from airflow.utils.db import upgradedb
+    from benchflow import progress
 
-    upgradedb()
-    ensure_pools()
-    setup_s = time.monotonic() - started
-    bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags" / "campaigns.py"))
-    dag = bag.get_dag(spec.dag_id)
-    if dag is None:
-        print(f"DAG {spec.dag_id} not found; import errors: {bag.import_errors}", file=sys.stderr)
-        return 1
-    from benchflow.warehouse import Warehouse
-
-    warehouse = Warehouse.from_airflow()
-    warehouse.migrate()
-    dag_run = dag.test(run_conf=json.loads(args.conf) if args.conf else None)
-    total_s = time.monotonic() - started
-    state = str(getattr(dag_run, "state", "unknown"))
-    kind, p = spec.result_kind, warehouse.p
-    order = kind.order_by or ", ".join(kind.key)
-    rows = warehouse.query(f"SELECT {kind.display} FROM {kind.table} WHERE dag_id = {p} AND run_id = {p} "
-                           f"ORDER BY {order}", [spec.dag_id, dag_run.run_id])  # fmt: skip
-    run = warehouse.query(f"SELECT status, rows_loaded, detail FROM runs WHERE dag_id = {p} AND run_id = {p}",
-                          [spec.dag_id, dag_run.run_id])  # fmt: skip
-    print(f"\n{spec.dag_id} run {dag_run.run_id}: {state.split('.')[-1].lower()}")
-    if len(run):
-        print(f"warehouse status: {run.iloc[0]['status']} ({run.iloc[0]['rows_loaded']} rows) {run.iloc[0]['detail']}")
-    print(rows.to_string(index=False) if len(rows) else "(no rows loaded)")
-    print(f"warehouse: {warehouse.location}")
-    print(f"timing: set-up {setup_s:.1f} s, whole run {total_s - setup_s:.1f} s")
-    return 0 if state.lower().endswith("success") else 1
+    return progress.run(spec, Path(path).resolve(), args.conf, verbose=args.verbose)
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
@@ -231,6 +211,24 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_up(args: argparse.Namespace) -> int:
+    from benchflow import local_stack
+
+    try:
+        local_stack.up(port=args.port, db=args.db)
+    except RuntimeError as exc:
+        print(f"bench up: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from benchflow import local_stack
+
+    local_stack.down()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -257,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("campaign", help="campaign name (include/campaigns/<name>.yaml) or a spec path")
     run.add_argument("--conf", help="JSON conf for the run")
+    run.add_argument("-v", "--verbose", action="store_true", help="show Airflow's logs too (always in a file)")
     run.set_defaults(func=cmd_run)
     sql = sub.add_parser(
         "sql", help="query the results warehouse (read-only)",
@@ -282,6 +281,17 @@ def build_parser() -> argparse.ArgumentParser:
         "pools", help="create the host pools", description="Create the one-slot Airflow pool of every spec's host."
     )
     pools.set_defaults(func=cmd_pools)
+    up = sub.add_parser(
+        "up", help="start Airflow for this project on this machine (no Docker)",
+        description="Start the api-server, scheduler, dag-processor and triggerer (LocalExecutor) for this "
+        "project, create the pools and the warehouse schema, print the URL and the login.",
+    )  # fmt: skip
+    up.add_argument("--port", type=int, help="the UI's port (default 8080, or BENCH_UP_PORT)")
+    up.add_argument("--db", help="metadata DB: postgres, sqlite or a SQLAlchemy URI (default: the local "
+                    "PostgreSQL if it answers, else SQLite)")  # fmt: skip
+    up.set_defaults(func=cmd_up)
+    down = sub.add_parser("down", help="stop what bench up started", description="Stop what bench up started.")
+    down.set_defaults(func=cmd_down)
     return parser
 
 

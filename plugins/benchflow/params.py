@@ -11,45 +11,100 @@ from functools import lru_cache
 from typing import Any
 
 _INT_LIST = {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1, "maxItems": 64}
+# The trigger form's sections, in the order the form shows them (Airflow groups fields by ``section``).
+SWEEP, SERVER, RUN = "Sweep", "Server", "Run options"
+SECTIONS = (SWEEP, SERVER, RUN)
 KNOWN: dict[str, dict[str, Any]] = {
     "m_list": {**_INT_LIST, "items": {"type": "integer", "minimum": 1, "maximum": 65536},
-               "description": "token counts M to sweep"},
+               "title": "Token counts M (tokens per call)",
+               "description": "The token counts M to sweep, one measured case each. Unit: tokens per kernel call.",
+               "section": SWEEP},
     "concurrency": {**_INT_LIST, "items": {"type": "integer", "minimum": 1, "maximum": 4096},
-                    "description": "client concurrency per phase"},
+                    "title": "Concurrency levels (requests in flight)",
+                    "description": "Client concurrency of each phase. Unit: requests in flight at once.",
+                    "section": SWEEP},
     "prompts": {**_INT_LIST, "items": {"type": "integer", "minimum": 1, "maximum": 100000},
-                "description": "prompts per phase (one per concurrency level)"},
-    "input_len": {"type": "integer", "minimum": 1, "maximum": 1048576, "description": "input tokens per prompt"},
-    "output_len": {"type": "integer", "minimum": 1, "maximum": 1048576, "description": "output tokens per prompt"},
-    "dtype": {"type": "string", "enum": ["bf16", "fp16", "fp32", "fp8"], "description": "weights dtype"},
-    "impl": {"type": "string", "enum": ["auto", "triton", "torch"], "description": "kernel implementation"},
-    "client": {"type": "string", "enum": ["local", "sglang", "vllm"], "description": "benchmark client"},
+                "title": "Prompts per phase (prompts)",
+                "description": "Prompts sent in each phase, one number per concurrency level. Unit: prompts.",
+                "section": SWEEP},
+    "input_len": {"type": "integer", "minimum": 1, "maximum": 1048576, "title": "Input length (tokens)",
+                  "description": "Input tokens of every prompt. Unit: tokens.", "section": SWEEP},
+    "output_len": {"type": "integer", "minimum": 1, "maximum": 1048576, "title": "Output length (tokens)",
+                   "description": "Output tokens generated per prompt. Unit: tokens.", "section": SWEEP},
+    "dtype": {"type": "string", "enum": ["bf16", "fp16", "fp32", "fp8"], "title": "Weights dtype",
+              "description": "Data type of the weights and activations. Unit: none (a dtype name).", "section": RUN},
+    "impl": {"type": "string", "enum": ["auto", "triton", "torch"], "title": "Kernel implementation",
+             "description": "Which implementation runs: auto picks Triton on a GPU, torch elsewhere. Unit: none.",
+             "section": RUN},
+    "client": {"type": "string", "enum": ["local", "sglang", "vllm"], "title": "Benchmark client",
+               "description": "The load generator that drives the servers. Unit: none (a client name).",
+               "section": SERVER},
 }  # fmt: skip
+# Units of the arguments a payload commonly takes, for the generated fields: name → (title, unit, section).
+GUESSED: dict[str, tuple[str, str, str]] = {
+    "experts": ("Experts (count)", "experts", RUN),
+    "hidden": ("Hidden size (elements)", "elements", RUN),
+    "inter": ("Intermediate size (elements)", "elements", RUN),
+    "topk": ("Experts per token, top-k (count)", "experts per token", RUN),
+    "warmup": ("Warm-up iterations (calls)", "calls, not timed", RUN),
+    "iters": ("Timed iterations (calls)", "calls, median taken", RUN),
+    "rows": ("Rows (cases)", "cases", SWEEP),
+    "delay": ("Delay (seconds)", "seconds", RUN),
+    "seed": ("Random seed", "none", RUN),
+}
+SUFFIX_UNITS = (("_ms", "milliseconds"), ("_us", "microseconds"), ("_s", "seconds"), ("_len", "tokens"),
+                ("_tokens", "tokens"), ("_gb", "GB"), ("_mb", "MB"), ("_list", "as the payload reads it"))  # fmt: skip
+
+
+def _describe(name: str, default: Any) -> dict[str, Any]:
+    """Title, description with its unit, and section of a field no entry of ``KNOWN`` covers."""
+    flag = "--" + name.replace("_", "-")
+    if name in GUESSED:
+        title, unit, section = GUESSED[name]
+    else:
+        unit = next((u for suffix, u in SUFFIX_UNITS if name.endswith(suffix)), "as the payload reads it")
+        title, section = name.replace("_", " ").capitalize(), RUN
+        if unit != "as the payload reads it":
+            title += f" ({unit})"
+    return {"title": title, "description": f"Benchmark argument {flag} (the spec's default: {default!r}). "
+            f"Unit: {unit}.", "section": section}  # fmt: skip
+
+
 SAFE_TEXT = r"^[A-Za-z0-9 _=.,:/+@-]*$"
 SERVER_ARGS = "server_args"
 
 
 def schema_for(name: str, default: Any) -> dict[str, Any]:
+    """The JSON schema of a field: type and bounds, and for the form a title, a description with the unit,
+    and its section (sweep, server or run options)."""
     if name in KNOWN:
         return KNOWN[name]
     if isinstance(default, bool):
-        return {"type": "boolean"}
-    if isinstance(default, int):
-        return {"type": "integer", "minimum": 0, "maximum": 10**9}
-    if isinstance(default, float):
-        return {"type": "number", "minimum": 0}
-    if isinstance(default, list):
-        return {"type": "array", "items": {"type": ["integer", "number", "string"], "maxLength": 200,
-                                           "pattern": SAFE_TEXT}, "maxItems": 256}  # fmt: skip
-    return {"type": "string", "pattern": SAFE_TEXT, "maxLength": 200}
+        schema: dict[str, Any] = {"type": "boolean"}
+    elif isinstance(default, int):
+        schema = {"type": "integer", "minimum": 0, "maximum": 10**9}
+    elif isinstance(default, float):
+        schema = {"type": "number", "minimum": 0}
+    elif isinstance(default, list):
+        schema = {"type": "array", "items": {"type": ["integer", "number", "string"], "maxLength": 200,
+                                             "pattern": SAFE_TEXT}, "maxItems": 256}  # fmt: skip
+    else:
+        schema = {"type": "string", "pattern": SAFE_TEXT, "maxLength": 200}
+    return {**schema, **_describe(name, default)}
 
 
 def param_schemas(args: dict[str, Any], serving: bool) -> dict[str, tuple[Any, dict[str, Any]]]:
-    """name → (default, JSON schema) for a campaign's trigger form."""
+    """name → (default, JSON schema) for a campaign's trigger form, section by section (sweep, server, run
+    options), each in the spec's order."""
     schemas = {name: (value, schema_for(name, value)) for name, value in args.items()}
     if serving:
         schemas[SERVER_ARGS] = ("", {"type": "string", "pattern": SAFE_TEXT, "maxLength": 400,
-                                     "description": "extra arguments appended to every server command"})  # fmt: skip
-    return schemas
+                                     "title": "Extra server arguments",
+                                     "description": "Appended to every server command of every config, e.g. "
+                                     "--mem-fraction-static 0.8. Unit: command-line words.",
+                                     "section": SERVER})  # fmt: skip
+    rank = {section: i for i, section in enumerate(SECTIONS)}
+    return dict(sorted(schemas.items(), key=lambda item: rank.get(item[1][1].get("section", RUN), len(rank))))
 
 
 def overlay(args: dict[str, Any], params: dict[str, Any] | Any) -> dict[str, Any]:

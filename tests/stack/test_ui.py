@@ -1,8 +1,10 @@
 """The UI in a real browser: headless Debian Chromium, driven by Playwright through its executable_path.
 
 Logs in, opens a campaign, fills the trigger form with a new config, starts the run and watches it
-finish. Screenshots of the form, the DAG graph and the finished run go to ``artifacts/ui/``
-(``BENCH_ARTIFACTS_DIR``), which CI keeps.
+finish; then opens the Benchmarks view (the plugin's page in the UI's navigation) and finds the run's
+numbers and the regression it made against a history of faster nights. Screenshots of the form, the DAG
+graph, the finished run and the Benchmarks view go to ``artifacts/ui/`` (``BENCH_ARTIFACTS_DIR``), which CI
+keeps; the Benchmarks view's is copied to ``docs/ui/benchmarks_view.png`` for the README.
 """
 
 from __future__ import annotations
@@ -10,12 +12,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
 
-from benchflow.warehouse import Warehouse
+from benchflow import kinds
+from benchflow.analysis.regressions import Thresholds, find
+from benchflow.warehouse import RunRecord, Warehouse
 from tests.airflow_stack import PASSWORD, USER
 from tests.conftest import PROJECT_ROOT
 
@@ -24,6 +29,7 @@ pytestmark = pytest.mark.stack
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = Path(os.environ.get("BENCH_ARTIFACTS_DIR", PROJECT_ROOT / "artifacts")) / "ui"
 DAG = "bench_stack_ui"
+CAMPAIGN = "stack_ui"
 
 
 @pytest.fixture
@@ -58,7 +64,10 @@ def test_trigger_a_new_config_from_the_form_and_watch_it_finish(stack, page):
 
     page.get_by_role("button", name="Trigger Dag").click()
     form = page.get_by_role("dialog")
-    expect(form.get_by_text("Run Parameters")).to_be_visible()
+    for section in ("Sweep", "Run options"):  # the form groups its fields; each has a title and a unit
+        expect(form.get_by_text(section, exact=True).first).to_be_visible()
+    form.get_by_text("Sweep", exact=True).first.click()
+    expect(form.get_by_text("Rows (cases)").first).to_be_visible()
     rows = form.locator("input[name=element_rows]")
     expect(rows).to_have_value("4")  # the spec's default
     rows.fill("7")  # the new config: a longer sweep
@@ -84,3 +93,49 @@ def test_trigger_a_new_config_from_the_form_and_watch_it_finish(stack, page):
     assert '"rows": 7' in str(loaded["conf"].iloc[0])
     for shot in ("dag_graph.png", "trigger_form.png", "run_finished.png"):
         assert (SHOTS / shot).stat().st_size > 10_000
+
+    # The Benchmarks view: six earlier nights twice as fast make tonight's run a regression on every case.
+    warehouse = Warehouse.at(stack.var / "warehouse.duckdb")
+    seed_faster_nights(warehouse, run_id)
+    findings = find(warehouse, DAG, run_id, Thresholds())
+    assert findings
+    warehouse.record_findings(DAG, run_id, findings)
+
+    page.goto(f"{stack.url}/plugin/benchmarks")
+    view = page.frame_locator("iframe").first
+    view.get_by_role("link", name=CAMPAIGN, exact=True).click()
+    expect(view.get_by_role("heading", name=CAMPAIGN)).to_be_visible()
+    expect(view.get_by_role("link", name=run_id).first).to_be_visible()  # the latest valid run: this one
+    table = view.locator("table").first
+    for m, tok in ((1, 2000), (2, 2000), (4, 2667), (64, 18286)):  # the fault payload's rows (M, tok/s)
+        expect(table.locator("tr", has=page.locator(f"td:text-is('{m}')")).first).to_contain_text(str(tok))
+    expect(view.get_by_text(f"{len(findings)} regression(s)")).to_be_visible()
+    assert view.locator("svg circle.regression").count() >= 2  # circled on both trend charts
+    page.screenshot(path=SHOTS / "benchmarks_in_airflow.png")
+    # the page by itself, whole, for the README
+    page.goto(f"{stack.url}/benchmarks/campaign/{CAMPAIGN}")
+    expect(page.locator("svg circle.regression").first).to_be_attached()
+    page.set_viewport_size({"width": 1600, "height": 1000})
+    page.screenshot(path=SHOTS / "benchmarks_view.png", full_page=True)
+    assert (SHOTS / "benchmarks_view.png").stat().st_size > 10_000
+    docs = PROJECT_ROOT / "docs" / "ui"
+    if docs.is_dir() and os.access(docs, os.W_OK):
+        shutil.copyfile(SHOTS / "benchmarks_view.png", docs / "benchmarks_view.png")
+
+
+def seed_faster_nights(warehouse: Warehouse, run_id: str, nights: int = 6) -> None:
+    """Scheduled runs of the campaign on the nights before, on the same (CPU) host, each twice as fast."""
+    rows = warehouse.query(f"SELECT m, ms_per_call FROM kernel_results WHERE dag_id = {warehouse.p} "
+                           f"AND run_id = {warehouse.p} ORDER BY m", [DAG, run_id])  # fmt: skip
+    tonight = datetime.now(UTC).replace(microsecond=0)
+    for night in range(nights, 0, -1):
+        when = tonight - timedelta(days=night)
+        faster = []
+        for m, ms in zip(rows["m"], rows["ms_per_call"], strict=True):
+            ms = float(ms) / 2 * (1 + 0.01 * (night % 3 - 1))
+            faster.append({"m": int(m), "ms_per_call": ms, "tok_per_s": m / (ms / 1e3), "us_per_token": 1e3 * ms / m,
+                           "note": ""})
+        record = RunRecord(dag_id=DAG, run_id=f"scheduled__{when.isoformat()}", campaign=CAMPAIGN, host="gpu_b",
+                           spec_hash="s" * 64, status="ok", started_at=when, ended_at=when, logical_date=when,
+                           run_type="scheduled", host_facts={"gpu": "none"})  # fmt: skip
+        warehouse.load(record, kinds.get("kernel"), faster)

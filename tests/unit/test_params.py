@@ -63,3 +63,17 @@ def test_a_command_line_too_long_for_the_shell_is_refused_before_anything_runs()
     huge = {name: ["x" * 200] * 256 for name in args}  # each list fits its schema; together they do not fit
     with pytest.raises(ValueError, match=r"command line of \d+ characters \(at most 65536\)"):
         check_conf(args, False, huge)
+
+
+def test_every_field_has_a_title_a_description_with_its_unit_and_a_section():
+    from benchflow.params import SECTIONS
+
+    args = {"warmup": 3, "m_list": [1, 2], "dtype": "bf16", "label": "x", "window_ms": 5.0, "concurrency": [1]}
+    schemas = param_schemas(args, serving=True)
+    for name, (_, schema) in schemas.items():
+        assert schema["title"] and "Unit: " in schema["description"], name
+        assert schema["section"] in SECTIONS, name
+    sections = [schema["section"] for _, schema in schemas.values()]
+    assert sections == sorted(sections, key=SECTIONS.index)  # sweep, then server, then run options
+    assert schemas["m_list"][1]["section"] == "Sweep" and schemas["server_args"][1]["section"] == "Server"
+    assert "Unit: milliseconds" in schemas["window_ms"][1]["description"]

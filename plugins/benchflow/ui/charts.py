@@ -1,0 +1,124 @@
+"""Small server-side SVG charts (no JavaScript, nothing fetched): lines of points on linear or log axes,
+every point a link (to its DAG run) with a tooltip, marked points circled in red."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from html import escape
+
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
+           "#d62728")  # fmt: skip
+WIDTH, HEIGHT = 760, 300
+LEFT, RIGHT, TOP, BOTTOM = 70, 170, 20, 50
+
+
+@dataclass
+class Point:
+    x: float
+    y: float
+    tip: str = ""
+    href: str | None = None
+    marked: bool = False  # a regression: circled in red
+
+
+@dataclass
+class Series:
+    name: str
+    points: list[Point] = field(default_factory=list)
+
+
+def _ticks(low: float, high: float, count: int = 5) -> list[float]:
+    if high <= low:
+        return [low]
+    raw = (high - low) / count
+    step = 10 ** math.floor(math.log10(raw))
+    for factor in (1, 2, 5, 10):
+        if raw <= factor * step:
+            step *= factor
+            break
+    first = math.ceil(low / step) * step
+    return [first + i * step for i in range(int((high - first) / step) + 1)]
+
+
+def number(value: float) -> str:
+    """A number as people read it: 4 significant digits, no trailing zeros."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if value == int(value) and abs(value) < 1e12:
+        return str(int(value))
+    if 1e4 <= abs(value) < 1e12:
+        return str(round(value))
+    return f"{value:.4g}"
+
+
+def line_chart(series: Sequence[Series], x_label: str, y_label: str, x_log: bool = False,
+               x_names: dict[float, str] | None = None, title: str = "") -> str:  # fmt: skip
+    """An inline ``<svg>``; ``x_names`` labels x positions with text (nights) instead of numbers."""
+    points = [p for s in series for p in s.points if p.y is not None and not math.isnan(p.y)]
+    if not points:
+        return '<p class="empty">no data</p>'
+    fx = (lambda v: math.log2(v)) if x_log else (lambda v: v)
+    xs = [fx(p.x) for p in points]
+    ys = [p.y for p in points]
+    x0, x1 = min(xs), max(xs)
+    if x1 == x0:
+        x0, x1 = x0 - 1, x1 + 1
+    y0, y1 = min(ys), max(ys)
+    pad = (y1 - y0) * 0.1 or abs(y1) * 0.1 or 1.0
+    y0, y1 = (0.0 if y0 >= 0 and y0 - pad < 0 else y0 - pad), y1 + pad
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def sx(v: float) -> float:
+        return LEFT + (fx(v) - x0) / (x1 - x0) * plot_w
+
+    def sy(v: float) -> float:
+        return TOP + plot_h - (v - y0) / (y1 - y0) * plot_h
+
+    out = [f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+           f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title or y_label)}">',
+           f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="#fff" stroke="#ccc"/>']  # fmt: skip
+    for tick in _ticks(y0, y1):
+        y = sy(tick)
+        out.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
+                   f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">{number(tick)}</text>')
+    if x_names:
+        x_ticks = sorted(x_names)
+        step = max(1, math.ceil(len(x_ticks) / 6))
+        labels = [(v, x_names[v]) for v in x_ticks[::step]]
+    elif x_log:
+        labels = [(2.0**e, number(2.0**e)) for e in range(math.floor(x0), math.ceil(x1) + 1)]
+    else:
+        labels = [(v, number(v)) for v in _ticks(x0, x1)]
+    for value, text in labels:
+        x = sx(value)
+        out.append(f'<text x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle" class="tick">{escape(text)}</text>')
+    out.append(f'<text x="{LEFT + plot_w / 2}" y="{HEIGHT - 8}" text-anchor="middle" class="axis">'
+               f'{escape(x_label)}</text>'
+               f'<text x="14" y="{TOP + plot_h / 2}" text-anchor="middle" class="axis" '
+               f'transform="rotate(-90 14 {TOP + plot_h / 2})">{escape(y_label)}</text>')  # fmt: skip
+    for index, s in enumerate(series):
+        color = PALETTE[index % len(PALETTE)]
+        drawn = sorted((p for p in s.points if p.y is not None and not math.isnan(p.y)), key=lambda p: p.x)
+        if len(drawn) > 1:
+            path = " ".join(f"{sx(p.x):.1f},{sy(p.y):.1f}" for p in drawn)
+            out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5"/>')
+        for p in drawn:
+            x, y = sx(p.x), sy(p.y)
+            tip = f"<title>{escape(p.tip)}</title>" if p.tip else ""
+            mark = (f'<circle cx="{x:.1f}" cy="{y:.1f}" r="8" fill="none" stroke="#d62728" stroke-width="2.5" '
+                    f'class="regression"/>' if p.marked else "")  # fmt: skip
+            dot = f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{color}"/>{mark}{tip}'
+            if p.href:
+                dot = f'<a href="{escape(p.href)}" target="_top">{dot}</a>'
+            out.append(dot)
+        ly = TOP + 14 + index * 16
+        out.append(f'<rect x="{WIDTH - RIGHT + 12}" y="{ly - 9}" width="10" height="10" fill="{color}"/>'
+                   f'<text x="{WIDTH - RIGHT + 26}" y="{ly}" class="legend">{escape(s.name[:22])}</text>')
+    if any(p.marked for p in points):
+        ly = TOP + 14 + len(series) * 16
+        out.append(f'<circle cx="{WIDTH - RIGHT + 17}" cy="{ly - 4}" r="5" fill="none" stroke="#d62728" '
+                   f'stroke-width="2"/><text x="{WIDTH - RIGHT + 26}" y="{ly}" class="legend">regression</text>')
+    out.append("</svg>")
+    return "".join(out)

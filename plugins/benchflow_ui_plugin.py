@@ -1,0 +1,24 @@
+"""The Airflow plugin of the Benchmarks view: :mod:`benchflow.ui`'s FastAPI app on the api-server at
+``/benchmarks`` and a "Benchmarks" entry in the UI's navigation that shows it. Imports only FastAPI here;
+pandas and the warehouse are imported by the handlers."""
+
+from __future__ import annotations
+
+from airflow.plugins_manager import AirflowPlugin
+
+from benchflow.ui import app
+
+
+class BenchflowUIPlugin(AirflowPlugin):
+    name = "benchflow_ui"
+    fastapi_apps = [{"app": app, "url_prefix": "/benchmarks", "name": "Benchmarks"}]  # noqa: RUF012
+    external_views = [  # noqa: RUF012
+        {
+            "name": "Benchmarks",
+            "href": "/benchmarks/",
+            "url_route": "benchmarks",
+            "destination": "nav",
+            "nav_top_level": True,
+            "icon": "/benchmarks/icon.svg",
+        }
+    ]
