@@ -58,10 +58,12 @@ def client_command(args: argparse.Namespace, concurrency: int, prompts: int, res
                 "--dataset-name", args.dataset, *lengths, "--random-range-ratio", "1", *load, *model, *tokenizer,
                 "--output-file", str(result), "--output-details"]  # fmt: skip
     # vLLM's random range ratio is a ± spread: its default 0 gives fixed lengths. random-ids is SGLang's name.
+    # E2E latency and the p90/p95 lines are printed only when asked for; SGLang prints them all by default.
     dataset = "random" if args.dataset == "random-ids" else args.dataset
     return [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", backend,
             "--base-url", args.base_url, "--endpoint", "/v1/completions", "--dataset-name", dataset, *lengths,
-            *load, *model, *tokenizer, "--save-result", "--save-detailed", "--result-dir", str(result.parent),
+            *load, *model, *tokenizer, "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "90,95,99",
+            "--save-result", "--save-detailed", "--result-dir", str(result.parent),
             "--result-filename", result.name]  # fmt: skip
 
 

@@ -88,3 +88,14 @@ def test_serving_rules_fail_readably(what, change, rule):
     assert not outcome.success, what
     assert any(rule in failure for failure in outcome.failed), outcome.failed
     assert 1 in outcome.row_reasons
+
+
+def test_throughput_check_forgives_only_what_the_printed_duration_explains():
+    """Clients print the duration to 2 decimals: a 0.10 s phase may really have lasted 0.095–0.105 s."""
+    rows = serving_rows()
+    short = {"duration_s": 0.10, "total_output_tokens": 48, "completed": 10, "num_prompts": 10}
+    rows[0].update(short, output_throughput=458.0)  # 48 / 0.1048 s: 4.6 % off the printed 480, within rounding
+    assert validate_rows(kinds.get("serving"), rows, swept=[1, 8, 16]).success
+    rows[0].update(output_throughput=420.0)  # 12.5 % off: more than a rounded duration can explain
+    outcome = validate_rows(kinds.get("serving"), rows, swept=[1, 8, 16])
+    assert not outcome.success and any("output_throughput_rel_err" in f for f in outcome.failed)
