@@ -40,7 +40,7 @@ def configure_airflow() -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     """Every check the DAG build makes (schema, trigger-form defaults, reserved and duplicate names, encoding,
     the build itself), never with a traceback."""
-    from benchflow.spec import CampaignSpec, FieldError, SpecError, load_all, load_spec
+    from benchflow.spec import CampaignSpec, FieldError, SpecError, load_all, load_checked
 
     configure_airflow()
     from benchflow.factory import build_dag
@@ -50,11 +50,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.specs:
         for path in map(Path, args.specs):
             try:
-                specs.append(load_spec(path))
+                specs.append(load_checked(path))
             except SpecError as exc:
                 errors.append(exc)
-            except Exception as exc:
-                errors.append(SpecError(path, [FieldError("", f"could not be checked: {exc!r}", None)]))
     else:
         specs, errors = load_all()
     for spec in specs:

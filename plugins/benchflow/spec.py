@@ -478,12 +478,21 @@ def load_all(directory: Path | None = None) -> tuple[list[CampaignSpec], list[Sp
             continue
         seen[path.stem] = path
         try:
-            specs.append(load_spec(path))
+            specs.append(load_checked(path))
         except SpecError as exc:
             errors.append(exc)
-        except Exception as exc:
-            errors.append(SpecError(path, [FieldError("", f"could not be checked: {exc!r}", None)]))
     return specs, errors
+
+
+def load_checked(path: Path) -> CampaignSpec:
+    """:func:`load_spec`, with any other failure of a spec's checks turned into a :class:`SpecError` too: a bug in
+    one spec's checks must neither hide the other specs nor reach a user as a traceback."""
+    try:
+        return load_spec(path)
+    except SpecError:
+        raise
+    except Exception as exc:  # reported by file, like any other problem of the spec
+        raise SpecError(path, [FieldError("", f"could not be checked: {exc!r}", None)]) from exc
 
 
 def find_spec(name_or_path: str, directory: Path | None = None) -> Path:
