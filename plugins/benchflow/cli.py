@@ -14,27 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
-from benchflow.paths import PROJECT_ROOT, var_dir
-
-
-def configure_airflow() -> None:
-    """Point Airflow at this project unless the environment already does (a deployment, the tests)."""
-    home = var_dir() / "airflow"
-    home.mkdir(parents=True, exist_ok=True)
-    defaults = {
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
-        "GX_ANALYTICS_ENABLED": "false",
-    }
-    for key, value in defaults.items():
-        os.environ.setdefault(key, value)
+from benchflow.airflow_setup import configure_airflow, ensure_pools
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -107,27 +90,6 @@ def cmd_parse(args: argparse.Namespace) -> int:
     for warning in parsed.warnings:
         print(f"{path}: warning: {warning}", file=sys.stderr)
     return 1 if parsed.dropped else 0  # rows were printed either way; non-zero only when something was lost
-
-
-def ensure_pools() -> list[str]:
-    """Create the one-slot pool of every host that a valid spec names; an existing pool is left as its
-    operators set it. Needs Airflow's metadata database (run after ``airflow db migrate``)."""
-    from airflow.models.pool import Pool
-
-    from benchflow.spec import host_pool, load_all
-
-    specs, _ = load_all()
-    lines = []
-    for host in sorted({spec.host for spec in specs}):
-        name = host_pool(host)
-        pool = Pool.get_pool(name)
-        if pool is None:
-            description = f"one benchmark campaign at a time on host {host}"
-            pool = Pool.create_or_update_pool(name, 1, description, include_deferred=False)
-            lines.append(f"{name}: created, {pool.slots} slot")
-        else:
-            lines.append(f"{name}: exists, {pool.slots} slot(s)")
-    return lines
 
 
 def cmd_pools(args: argparse.Namespace) -> int:

@@ -230,7 +230,7 @@ def failure_of(log_file: Path, task_id: str, tail: int = 6) -> str:
 def child_main(argv: list[str]) -> int:
     """``python -m benchflow.progress SPEC_PATH WHEN_ISO CONF_JSON RESULT_FILE``: set up, run the DAG once."""
     spec_path, when_iso, conf_json, result_file = argv
-    from benchflow.cli import configure_airflow, ensure_pools
+    from benchflow.airflow_setup import configure_airflow, ensure_pools
     from benchflow.paths import PROJECT_ROOT
     from benchflow.spec import load_spec
 

@@ -233,7 +233,7 @@ def test_repeats_give_intervals_and_a_real_difference_is_found(warehouse):
 
 def test_no_difference_is_reported_as_none_in_at_least_95_percent_of_200_trials():
     """The same comparison on generated pairs of 3 repeats with 3 % noise and no real difference."""
-    from benchflow.analysis.stats import compare
+    from benchflow.stats import compare
 
     quiet = 0
     for seed in range(200):

@@ -3,7 +3,7 @@
 A side is ``CAMPAIGN[:CONFIG][@WHEN]``: ``serving_pd``, ``serving_local:single``, ``serving_tp4@2026-11-28``
 (the last valid run of that night), ``moe_kernel_nightly@scheduled__2026-11-29T02:00:00+00:00`` (one run).
 Without ``@`` it is the campaign's latest valid run. Each point (a concurrency level, a token count M) and
-trend metric of the two sides is compared with :func:`benchflow.analysis.stats.compare`.
+trend metric of the two sides is compared with :func:`benchflow.stats.compare`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from benchflow import kinds
-from benchflow.analysis.stats import Comparison, compare
+from benchflow.stats import Comparison, compare
 
 if TYPE_CHECKING:
     import pandas as pd

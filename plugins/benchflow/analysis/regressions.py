@@ -6,7 +6,7 @@ relative change of at least ``min_change`` in the worse direction, and a history
 then the spread decides:
 
 * when tonight repeated the case (serving phases repeat 3 times by default), tonight's repeats are compared
-  with every repeat of the baseline nights (:func:`benchflow.analysis.stats.compare`: Welch's t on the logs):
+  with every repeat of the baseline nights (:func:`benchflow.stats.compare`: Welch's t on the logs):
   the 95 % interval of the ratio must lie wholly on the worse side of 1;
 * with one value a night (a kernel sweep), the lookback z-score of tonight's value must pass ``z_threshold``
   (as conbench judges a result against its history's distribution).
@@ -49,7 +49,7 @@ def judge_repeats(tonight: list[float], baseline: list[float], history: list[flo
                   limits: Thresholds) -> Finding | None:  # fmt: skip
     """A finding when tonight's repeats are worse than the baseline nights' repeats: the ratio's 95 % interval
     lies on the worse side of 1 and its point estimate changes by at least ``min_change``."""
-    from benchflow.analysis.stats import compare
+    from benchflow.stats import compare
 
     if len(history) < limits.min_runs or len(tonight) < 2 or len(baseline) < 2:
         return None

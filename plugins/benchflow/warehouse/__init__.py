@@ -83,7 +83,7 @@ class Validation:
 
 @dataclass
 class Finding:
-    """A metric of a case worse than its baseline beyond noise (see :mod:`benchflow.analysis.regressions`)."""
+    """A metric of a case worse than its baseline beyond noise (judged by the analysis package's regression check)."""
 
     case_key: str
     metric: str

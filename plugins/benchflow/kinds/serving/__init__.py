@@ -83,7 +83,7 @@ def plots(rows: pd.DataFrame, title: str) -> list[tuple[str, Any]]:
 def _bars(measured: pd.DataFrame, title: str) -> Any:
     import matplotlib.pyplot as plt
 
-    from benchflow.analysis.stats import summarize
+    from benchflow.stats import summarize
 
     configs = sorted(measured["config"].unique())
     levels = sorted(measured["concurrency"].dropna().unique())
