@@ -23,9 +23,11 @@ services. Campaigns on other hosts run alongside.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import DAG, Asset, BaseOperator, Param, TaskGroup, TriggerRule, task
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk import DAG, BaseOperator, Param, TaskGroup, TriggerRule
 
 from benchflow.operators import (
     AcquireHostSensor,
@@ -43,12 +45,12 @@ from benchflow.operators import (
     StopServersOperator,
 )
 from benchflow.params import param_schemas
+from benchflow.pipeline import RESULTS_ASSET
 
 if TYPE_CHECKING:
     from benchflow.spec import CampaignSpec, ServingConfig, SpecError
 
 START_DATE = datetime(2026, 1, 1)
-RESULTS_ASSET = Asset("bench_results")
 
 
 def _seconds(value: float) -> timedelta:
@@ -190,38 +192,20 @@ def _benchmark_chain(spec: CampaignSpec, job: str, args: dict[str, Any], on_host
 
 
 def _results(spec: CampaignSpec, fetch: BaseOperator, preflight: BaseOperator, deploy: BaseOperator) -> None:
-    """parse → validate → load → detect_regressions → verdict: each task a thin call of a pipeline step
-    (:mod:`benchflow.pipeline`, XCom dicts in and out)."""
+    """parse → validate → load → detect_regressions → verdict: each a PythonOperator running a pipeline step
+    (:mod:`benchflow.pipeline`, XCom dicts in and out). Plain operators rather than TaskFlow: a TaskFlow task
+    costs five times as much to build at every DAG parse, and here they would only wrap these calls."""
     from benchflow import pipeline as step
 
-    @task
-    def parse(fetched: dict[str, Any], **context: Any) -> dict[str, Any]:
-        return step.parse_task(spec, fetched, context["params"])
+    def run(name: str, callable_: Any, **kwargs: Any) -> PythonOperator:
+        return PythonOperator(task_id=name, python_callable=partial(callable_, spec), **kwargs)
 
-    @task
-    def validate(parsed: dict[str, Any], **context: Any) -> dict[str, Any]:
-        return step.validate_task(spec, parsed, context["params"])
-
-    @task(outlets=[RESULTS_ASSET])
-    def load(parsed: dict[str, Any], validated: dict[str, Any], facts: dict[str, Any], deployed: dict[str, Any],
-             **context: Any) -> dict[str, Any]:  # fmt: skip
-        loaded = step.load_task(spec, parsed, validated, facts, deployed, context)
-        # the report DAG, scheduled on this asset, learns which run to draw from the event
-        context["outlet_events"][RESULTS_ASSET].extra = {"dag_id": spec.dag_id, "run_id": context["run_id"],
-                                                          "campaign": spec.name}  # fmt: skip
-        step.fail_if_invalid(loaded)
-        return loaded
-
-    @task
-    def detect_regressions(loaded: dict[str, Any], **context: Any) -> dict[str, Any]:
-        return step.detect_task(spec, context["run_id"])
-
-    parsed = parse(fetch.output)  # type: ignore[arg-type]  # TaskFlow passes XComArgs
-    loaded = load(parsed, validate(parsed), preflight.output, deploy.output)  # type: ignore[arg-type]
-    load_id = loaded.operator.task_id  # type: ignore[attr-defined]
-
-    @task(trigger_rule=TriggerRule.ALL_DONE)
-    def verdict(**context: Any) -> None:
-        step.verdict(context["ti"].xcom_pull(task_ids=load_id))
-
-    detect_regressions(loaded) >> verdict()  # type: ignore[arg-type]
+    parse = run("parse", step.parse_task, op_kwargs={"fetched": fetch.output})
+    validate = run("validate", step.validate_task, op_kwargs={"parsed": parse.output})
+    load = run("load", step.load_task, outlets=[RESULTS_ASSET], op_kwargs={
+        "parsed": parse.output, "validated": validate.output, "facts": preflight.output, "deployed": deploy.output,
+    })  # fmt: skip
+    detect = run("detect_regressions", step.detect_task, op_kwargs={"loaded": load.output})
+    verdict = PythonOperator(task_id="verdict", python_callable=step.verdict_task, trigger_rule=TriggerRule.ALL_DONE,
+                             op_kwargs={"load_task_id": load.task_id})  # fmt: skip
+    detect >> verdict

@@ -19,6 +19,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow.sdk import Asset
+
 from benchflow import kinds
 from benchflow.parsing import strict_row
 from benchflow.paths import project_git_sha, var_dir
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from benchflow.spec import CampaignSpec
     from benchflow.warehouse import Finding, RunRecord, Validation, Warehouse
 
+RESULTS_ASSET = Asset("bench_results")  # every load emits it; the report DAG is scheduled on it
 ROWS_NAME = "rows.json"
 DETAIL_CAP = 4000  # characters of a run's detail kept in runs.detail and XCom; the rest is counted
 NOTES_CAP = 20  # notes (warnings, missing files) kept, with a count of the others
@@ -228,10 +231,11 @@ def detect(warehouse: Warehouse, spec: CampaignSpec, run_id: str) -> list[Findin
     return findings
 
 
-# TaskFlow glue: what each results task of a campaign DAG does, XCom dicts in and out (the factory only wires).
+# What each results task of a campaign DAG runs, XCom dicts in and out: the factory binds the spec
+# (functools.partial) and wires them as PythonOperators; Airflow passes the run's context as keywords.
 
 
-def parse_task(spec: CampaignSpec, fetched: dict[str, Any], params: Any) -> dict[str, Any]:
+def parse_task(spec: CampaignSpec, fetched: dict[str, Any], params: Any, **context: Any) -> dict[str, Any]:
     from benchflow.params import overlay
 
     kind, bench = spec.result_kind, spec.benchmark
@@ -242,7 +246,7 @@ def parse_task(spec: CampaignSpec, fetched: dict[str, Any], params: Any) -> dict
     return parsed.to_xcom()
 
 
-def validate_task(spec: CampaignSpec, parsed: dict[str, Any], params: Any) -> dict[str, Any]:
+def validate_task(spec: CampaignSpec, parsed: dict[str, Any], params: Any, **context: Any) -> dict[str, Any]:
     from benchflow.params import overlay
 
     kind = spec.result_kind
@@ -253,7 +257,7 @@ def validate_task(spec: CampaignSpec, parsed: dict[str, Any], params: Any) -> di
 
 
 def load_task(spec: CampaignSpec, parsed: dict[str, Any], validated: dict[str, Any], facts: dict[str, Any] | None,
-              deployed: dict[str, Any] | None, context: Any) -> dict[str, Any]:  # fmt: skip
+              deployed: dict[str, Any] | None, **context: Any) -> dict[str, Any]:  # fmt: skip
     from benchflow.warehouse import Validation, Warehouse
 
     step = Parsed.from_xcom(parsed)
@@ -263,19 +267,18 @@ def load_task(spec: CampaignSpec, parsed: dict[str, Any], validated: dict[str, A
     record = run_record(spec, context, status, detail, facts, deployed)
     loaded = load(Warehouse.from_airflow(), record, spec.result_kind, step, validation)
     print(f"loaded {loaded.rows} rows of run {record.run_id} ({record.status}) into {loaded.warehouse}")
+    # the report DAG, scheduled on the results asset, learns which run to draw from the event
+    context["outlet_events"][RESULTS_ASSET].extra = {"dag_id": spec.dag_id, "run_id": record.run_id,
+                                                      "campaign": spec.name}  # fmt: skip
     if not validation.success:
-        loaded.detail = f"validation failed; {len(read_rows(step.store))} rows quarantined, none loaded: {detail}"
+        from airflow.sdk.exceptions import AirflowFailException
+
+        rows = len(read_rows(step.store))
+        raise AirflowFailException(f"validation failed; {rows} rows quarantined, none loaded: {detail}")
     return loaded.to_xcom()
 
 
-def fail_if_invalid(loaded: dict[str, Any]) -> None:
-    from airflow.sdk.exceptions import AirflowFailException
-
-    if loaded["status"] == "invalid":
-        raise AirflowFailException(loaded["detail"])
-
-
-def detect_task(spec: CampaignSpec, run_id: str) -> dict[str, Any]:
+def detect_task(spec: CampaignSpec, loaded: dict[str, Any], run_id: str, **context: Any) -> dict[str, Any]:
     from benchflow.analysis.regressions import notify
     from benchflow.warehouse import Warehouse
 
@@ -288,10 +291,11 @@ def detect_task(spec: CampaignSpec, run_id: str) -> dict[str, Any]:
     return {"regressions": len(findings)}
 
 
-def verdict(loaded: dict[str, Any] | None) -> None:
+def verdict_task(load_task_id: str, ti: Any, **context: Any) -> None:
     """Fail the DAG run unless the benchmark reached its marker and its rows were valid and loaded."""
     from airflow.sdk.exceptions import AirflowFailException
 
+    loaded = ti.xcom_pull(task_ids=load_task_id)
     if loaded is None:
         raise AirflowFailException("results were not loaded: see the failed task before 'verdict'")
     if loaded["status"] != "ok":
