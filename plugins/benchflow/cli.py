@@ -23,10 +23,10 @@ from benchflow.airflow_setup import configure_airflow, ensure_pools
 def cmd_validate(args: argparse.Namespace) -> int:
     """Every check the DAG build makes (schema, trigger-form defaults, reserved and duplicate names, encoding,
     the build itself), never with a traceback."""
-    from benchflow.spec import CampaignSpec, FieldError, SpecError, load_all, load_checked
+    from benchflow.spec import CampaignSpec, SpecError, load_all, load_checked
 
     configure_airflow()
-    from benchflow.factory import build_dag
+    from benchflow.factory import build_checked
 
     specs: list[CampaignSpec] = []
     errors: list[SpecError] = []
@@ -40,9 +40,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         specs, errors = load_all()
     for spec in specs:
         try:
-            build_dag(spec)
-        except Exception as exc:
-            errors.append(SpecError(Path(f"{spec.name}.yaml"), [FieldError("", f"DAG not buildable: {exc}", None)]))
+            build_checked(spec)
+        except SpecError as exc:
+            errors.append(exc)
             continue
         print(f"{spec.name}: ok ({spec.dag_id}, kind {spec.kind}, host {spec.host}, payload {spec.payload})")
     for error in errors:
@@ -70,13 +70,8 @@ def cmd_parse(args: argparse.Namespace) -> int:
         options = spec.result_kind.parser_options(spec.benchmark)
     try:
         text = path.read_text(errors="replace")
-        if kind is None and fmt is not None:
-            owners = [k.name for k in kinds.all_kinds() if fmt in k.format_names]
-            if not owners:
-                raise ParseError(f"unknown format {fmt!r} (known: {', '.join(kinds.format_names())})")
-            kind = owners[0]
-        kind = kind or kinds.detect(text)[0].name
-        parsed = kinds.parse_text(text, kind, fmt, marker=marker, **options)
+        found, reader = kinds.resolve(text, kind, fmt)
+        parsed = reader.parse(text, marker=marker, **options)
     except OSError as exc:
         print(f"{path}: {exc.strerror}", file=sys.stderr)
         return 2
@@ -86,7 +81,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
     for row in parsed.rows:
         print(json.dumps(strict_row(row)[0], allow_nan=False))
     state = "complete" if parsed.complete else f"incomplete (no {marker})"
-    print(f"{path}: {kind}/{parsed.format}, {len(parsed.rows)} rows, {state}", file=sys.stderr)
+    print(f"{path}: {found.name}/{parsed.format}, {len(parsed.rows)} rows, {state}", file=sys.stderr)
     for warning in parsed.warnings:
         print(f"{path}: warning: {warning}", file=sys.stderr)
     return 1 if parsed.dropped else 0  # rows were printed either way; non-zero only when something was lost

@@ -114,7 +114,7 @@ def overlay(args: dict[str, Any], params: dict[str, Any] | Any) -> dict[str, Any
         if name not in args:
             continue
         try:
-            check_value(name, value, schema_for(name, args[name]))
+            check_value(value, schema_for(name, args[name]))
         except ValueError as exc:
             raise ValueError(f"param {name!r}: {exc}") from None
         merged[name] = value
@@ -131,7 +131,7 @@ def _validator(schema_json: str) -> Any:
     return jsonschema.validators.validator_for(schema)(schema)
 
 
-def check_value(name: str, value: Any, schema: dict[str, Any]) -> None:
+def check_value(value: Any, schema: dict[str, Any]) -> None:
     """ValueError with the schema's message when ``value`` does not fit."""
     error = next(iter(_validator(json.dumps(schema, sort_keys=True)).iter_errors(value)), None)
     if error is not None:
@@ -143,7 +143,7 @@ def check_defaults(args: dict[str, Any]) -> None:
     that does not fit (Airflow would refuse to build the DAG)."""
     for name, value in args.items():
         try:
-            check_value(name, value, schema_for(name, value))
+            check_value(value, schema_for(name, value))
         except ValueError as exc:
             raise ValueError(f"{name}: default {value!r} does not fit its trigger form: {exc}") from None
 

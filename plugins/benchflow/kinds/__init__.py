@@ -149,20 +149,29 @@ def detect(text: str) -> tuple[ResultKind, Format]:
     raise ParseError(f"unknown format (known: {', '.join(format_names())})")
 
 
+def resolve(text: str, kind: str | None = None, fmt: str | None = None) -> tuple[ResultKind, Format]:
+    """The kind and format to read ``text`` with: as named, else the kind that has the named format, else
+    detected (among the named kind's formats, or among all)."""
+    if kind is None and fmt is not None:
+        owners = [k for k in all_kinds() if fmt in k.format_names]
+        if not owners:
+            raise ParseError(f"unknown format {fmt!r} (known: {', '.join(format_names())})")
+        return owners[0], owners[0].format(fmt)
+    if kind is None:
+        return detect(text)
+    found = get(kind)
+    if fmt is not None or len(found.formats) == 1:
+        return found, found.format(fmt)
+    return found, next((f for f in found.formats if f.detect(text)), found.formats[0])
+
+
 def parse_text(
     text: str, kind: str | None = None, fmt: str | None = None, marker: str = "ALL_DONE", **options: Any
 ) -> ParsedRun:
-    """Parse ``text`` as ``kind``/``fmt``; what is not named is detected. ``options`` go to the format."""
-    if kind is None:
-        found_kind, found_fmt = detect(text)
-        if fmt is not None:
-            found_fmt = found_kind.format(fmt)
-    else:
-        found_kind = get(kind)
-        found_fmt = found_kind.format(fmt) if fmt is not None or len(found_kind.formats) == 1 else None  # type: ignore[assignment]
-        if found_fmt is None:
-            found_fmt = next((f for f in found_kind.formats if f.detect(text)), found_kind.formats[0])
-    return found_fmt.parse(text, marker=marker, **options)
+    """Parse ``text`` as ``kind``/``fmt``; what is not named is found by :func:`resolve`. ``options`` go to the
+    format."""
+    return resolve(text, kind, fmt)[1].parse(text, marker=marker, **options)
 
 
-__all__ = ["Format", "ParseError", "ParsedRun", "ResultKind", "SideTable", "all_kinds", "detect", "get", "names"]
+__all__ = ["Format", "ParseError", "ParsedRun", "ResultKind", "SideTable", "all_kinds", "detect", "get", "names",
+           "parse_text", "resolve"]
