@@ -58,6 +58,7 @@ down:
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 $(SYSTEM_DEPS):

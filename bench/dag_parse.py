@@ -60,8 +60,9 @@ FLOOR = textwrap.dedent(
 
 
 def probe(folder: Path, env: dict[str, str]) -> dict:
-    result = subprocess.run([sys.executable, "-c", PROBE, str(folder)], capture_output=True, text=True, env=env,
-                            timeout=1800, check=False)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, str(folder)], capture_output=True, text=True, env=env, timeout=1800, check=False
+    )
     if result.returncode != 0:
         raise RuntimeError(result.stderr[-3000:])
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -78,8 +79,12 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dag-parse-"))
-    base = {**os.environ, "AIRFLOW_HOME": str(work / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{work}/airflow.db"}  # fmt: skip
+    base = {
+        **os.environ,
+        "AIRFLOW_HOME": str(work / "airflow"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{work}/airflow.db",
+    }
     text = SPEC.read_text()
     print(f"{'N':>5} {'campaigns (s)':>14} {'floor (s)':>10} {'ratio':>6} {'tasks':>7}")
     try:

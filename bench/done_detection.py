@@ -44,8 +44,20 @@ OLD_POLL_S = 30.0
 
 def old_loop(server: LoopbackSSHD, known_hosts: Path, log: str, cap_s: float = 120) -> float:
     """The replaced loop, with a pinned host key: poll every 30 s with two fresh connections."""
-    ssh = ["ssh", "-p", str(server.port), "-i", str(server.client_key), "-o", f"UserKnownHostsFile={known_hosts}",
-           "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "root@127.0.0.1"]  # fmt: skip
+    ssh = [
+        "ssh",
+        "-p",
+        str(server.port),
+        "-i",
+        str(server.client_key),
+        "-o",
+        f"UserKnownHostsFile={known_hosts}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "root@127.0.0.1",
+    ]
     start = time.time()
     while time.time() - start < cap_s:
         time.sleep(OLD_POLL_S)
@@ -148,8 +160,10 @@ def main() -> int:
     print("\n" + header)
     for label, key in rows:
         per_wait = sum(connections[key]) / len(connections[key])
-        print(f"{label:<52} {percentile(results[key], 0.5):8.2f} {percentile(results[key], 0.95):8.2f} "
-              f"{per_wait:15.1f} {fifteen_min[key]:21.0f}")  # fmt: skip
+        print(
+            f"{label:<52} {percentile(results[key], 0.5):8.2f} {percentile(results[key], 0.95):8.2f} "
+            f"{per_wait:15.1f} {fifteen_min[key]:21.0f}"
+        )
     print(json.dumps({"trials": args.trials, "latency_s": results, "connections": connections}))
     return 0
 

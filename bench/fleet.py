@@ -66,10 +66,12 @@ class Sampler(threading.Thread):
 
         con = psycopg2.connect(self.stack.db_uri)
         con.autocommit = True
-        query = ("SELECT count(*) FILTER (WHERE state = 'running'), "
-                 "count(*) FILTER (WHERE state = 'running' AND task_id = 'wait_done'), "
-                 "count(*) FILTER (WHERE state = 'deferred' AND task_id = 'wait_done') "
-                 "FROM task_instance WHERE dag_id LIKE 'bench_fleet_%%' AND run_id = ANY(%s)")  # fmt: skip
+        query = (
+            "SELECT count(*) FILTER (WHERE state = 'running'), "
+            "count(*) FILTER (WHERE state = 'running' AND task_id = 'wait_done'), "
+            "count(*) FILTER (WHERE state = 'deferred' AND task_id = 'wait_done') "
+            "FROM task_instance WHERE dag_id LIKE 'bench_fleet_%%' AND run_id = ANY(%s)"
+        )
         while not self.halt.wait(1.0):
             with con.cursor() as cur:
                 cur.execute(query, (self.run_ids,))
@@ -95,15 +97,18 @@ def batch(stack: AirflowStack, mode: str, n: int) -> dict[str, object]:
     cpu = {c: stack.cpu_seconds(c) - cpu_before[c] for c in cpu_before}
     waiting = [s for s in sampler.samples if s[1] + s[2] > 0]  # while at least one campaign was in its wait
     return {
-        "mode": mode, "n": n, "wall_s": wall,
+        "mode": mode,
+        "n": n,
+        "wall_s": wall,
         "ok": sum(state == "success" for state in states.values()),
         "slots_mean": statistics.fmean(s[0] for s in waiting) if waiting else 0.0,
         "slots_peak": max((s[0] for s in waiting), default=0),
         "wait_slots_peak": max((s[1] for s in waiting), default=0),
         "wait_slot_s": sum(s[1] for s in sampler.samples),  # one sample a second
         "deferred_peak": max((s[2] for s in waiting), default=0),
-        "triggerer_cpu_s": cpu["triggerer"], "worker_cpu_s": cpu["celery worker"],
-    }  # fmt: skip
+        "triggerer_cpu_s": cpu["triggerer"],
+        "worker_cpu_s": cpu["celery worker"],
+    }
 
 
 def main() -> int:
@@ -117,10 +122,12 @@ def main() -> int:
     size = max(args.sizes)
     hosts = [LoopbackSSHD(root / f"sshd-{i}").start() for i in range(size)]
     specs = {
-        f"fleet_{mode}_{i}": SPEC.format(mode=mode, host=f"fleet_host_{i}", delay=args.payload_s / 6,
-                                         deferrable=str(deferrable).lower())
-        for mode, deferrable in MODES.items() for i in range(size)
-    }  # fmt: skip
+        f"fleet_{mode}_{i}": SPEC.format(
+            mode=mode, host=f"fleet_host_{i}", delay=args.payload_s / 6, deferrable=str(deferrable).lower()
+        )
+        for mode, deferrable in MODES.items()
+        for i in range(size)
+    }
     campaigns, kernels = campaign_folder(root, specs, {"fault": ROOT / "tests" / "fixtures" / "payloads" / "fault"})
     connections = {f"fleet_host_{i}": host.connection() for i, host in enumerate(hosts)}
     stack = AirflowStack(root, campaigns, kernels, connections, worker_concurrency=args.slots)
@@ -140,12 +147,16 @@ def main() -> int:
             host.stop()
 
     print(f"\n{args.payload_s:.0f} s payload per campaign, one campaign per host, {args.slots} Celery worker slots")
-    print(f"{'wait':<11}{'N':>4}{'runs ok':>9}{'wall (s)':>10}{'slots busy mean':>17}{'peak':>6}"
-          f"{'slot-s on waits':>17}{'deferred peak':>15}{'triggerer CPU s':>17}{'worker CPU s':>14}")  # fmt: skip
+    print(
+        f"{'wait':<11}{'N':>4}{'runs ok':>9}{'wall (s)':>10}{'slots busy mean':>17}{'peak':>6}"
+        f"{'slot-s on waits':>17}{'deferred peak':>15}{'triggerer CPU s':>17}{'worker CPU s':>14}"
+    )
     for r in results:
-        print(f"{r['mode']:<11}{r['n']:>4}{r['ok']:>9}{r['wall_s']:>10.0f}{r['slots_mean']:>17.1f}"
-              f"{r['slots_peak']:>6}{r['wait_slot_s']:>17}{r['deferred_peak']:>15}"
-              f"{r['triggerer_cpu_s']:>17.1f}{r['worker_cpu_s']:>14.1f}")  # fmt: skip
+        print(
+            f"{r['mode']:<11}{r['n']:>4}{r['ok']:>9}{r['wall_s']:>10.0f}{r['slots_mean']:>17.1f}"
+            f"{r['slots_peak']:>6}{r['wait_slot_s']:>17}{r['deferred_peak']:>15}"
+            f"{r['triggerer_cpu_s']:>17.1f}{r['worker_cpu_s']:>14.1f}"
+        )
     return 0 if all(r["ok"] == r["n"] for r in results) else 1
 
 

@@ -29,13 +29,28 @@ KERNEL = kinds.get("kernel")
 
 
 def rows(n: int) -> list[dict]:
-    return [{"m": m + 1, "ms_per_call": 0.5 + m * 1e-6, "tok_per_s": (m + 1) / (0.5e-3 + m * 1e-9),
-             "us_per_token": 500.0 / (m + 1), "note": "" if m % 7 else "probe"} for m in range(n)]  # fmt: skip
+    return [
+        {
+            "m": m + 1,
+            "ms_per_call": 0.5 + m * 1e-6,
+            "tok_per_s": (m + 1) / (0.5e-3 + m * 1e-9),
+            "us_per_token": 500.0 / (m + 1),
+            "note": "" if m % 7 else "probe",
+        }
+        for m in range(n)
+    ]
 
 
 def record(n: int) -> RunRecord:
-    return RunRecord(dag_id="bench_load", run_id=f"load_{n}", campaign="load", host="local", spec_hash="x" * 64,
-                     status="ok", started_at=datetime.now(UTC))  # fmt: skip
+    return RunRecord(
+        dag_id="bench_load",
+        run_id=f"load_{n}",
+        campaign="load",
+        host="local",
+        spec_hash="x" * 64,
+        status="ok",
+        started_at=datetime.now(UTC),
+    )
 
 
 def timed(fn, repeat: int) -> float:
@@ -50,8 +65,9 @@ def timed(fn, repeat: int) -> float:
 
 def rowwise_insert(warehouse: Warehouse, run: RunRecord, data: list[dict]) -> None:
     """The path COPY replaces: one INSERT per row (executemany), same transaction shape."""
-    values = [[run.dag_id, run.run_id, r["m"], r["ms_per_call"], r["tok_per_s"], r["us_per_token"], r["note"]]
-              for r in data]  # fmt: skip
+    values = [
+        [run.dag_id, run.run_id, r["m"], r["ms_per_call"], r["tok_per_s"], r["us_per_token"], r["note"]] for r in data
+    ]
     with warehouse.transaction() as tx:
         tx.delete_run("kernel_results", run.dag_id, run.run_id)
         tx.executemany(f"INSERT INTO kernel_results VALUES ({', '.join([tx.p] * 7)})", values)

@@ -45,8 +45,9 @@ def build(megabytes: float, prefix: str) -> str:
     while size < target:
         block = BLOCKS[phase % len(BLOCKS)]
         if phase % 50 == 7:
-            block = block.replace("Total input tokens:", "instance_0  http://10.0.0.1:30001  Requests: 5 (50.0%)\n"
-                                  "Total input tokens:", 1)  # fmt: skip
+            block = block.replace(
+                "Total input tokens:", "instance_0  http://10.0.0.1:30001  Requests: 5 (50.0%)\nTotal input tokens:", 1
+            )
         if phase % 97 == 11:
             block = block[: block.index("Mean TTFT")]
         lines = [f"===== cfg{phase % 3} concurrency={phase + 1} (n={4 * (phase + 1)}) ====="]
@@ -77,10 +78,14 @@ def main() -> int:
     tracemalloc.stop()
     print(f"log: {megabytes:.1f} MB, {text.count(chr(10))} lines; format {parsed.format}")
     print(f"parse: {seconds:.2f} s, {megabytes / seconds:.1f} MB/s")
-    print(f"rows: {len(parsed.rows)}; problems kept: {len(parsed.problems)} (+{parsed.problems_left_out} counted); "
-          f"warnings kept: {len(parsed.warnings)}; dropped: {parsed.dropped}; complete: {parsed.complete}")  # fmt: skip
-    print(f"peak memory of the parse: {peak / 1e6:.1f} MB ({peak / len(text.encode()):.2f} x the log's size; "
-          f"rows alone: {len(parsed.rows)} dicts)")  # fmt: skip
+    print(
+        f"rows: {len(parsed.rows)}; problems kept: {len(parsed.problems)} (+{parsed.problems_left_out} counted); "
+        f"warnings kept: {len(parsed.warnings)}; dropped: {parsed.dropped}; complete: {parsed.complete}"
+    )
+    print(
+        f"peak memory of the parse: {peak / 1e6:.1f} MB ({peak / len(text.encode()):.2f} x the log's size; "
+        f"rows alone: {len(parsed.rows)} dicts)"
+    )
     return 0
 
 

@@ -48,8 +48,15 @@ def pg_admin(sql: str) -> None:
 class AirflowStack:
     """Start with :meth:`start`, stop with :meth:`stop` (every component, and its database)."""
 
-    def __init__(self, root: Path, campaigns: Path, kernels: Path, connections: dict[str, dict[str, Any]],
-                 worker_concurrency: int = 8, extra_env: dict[str, str] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        root: Path,
+        campaigns: Path,
+        kernels: Path,
+        connections: dict[str, dict[str, Any]],
+        worker_concurrency: int = 8,
+        extra_env: dict[str, str] | None = None,
+    ):
         self.root = Path(root)
         self.name = f"benchflow_stack_{os.getpid()}_{secrets.token_hex(3)}"
         self.port = free_port()
@@ -100,8 +107,14 @@ class AirflowStack:
 
     def _run(self, *command: str, timeout: float = 600) -> str:
         """``airflow …`` or ``bench …`` from the venv, in the stack's environment; fails with its output."""
-        proc = subprocess.run([str(BIN / command[0]), *command[1:]], env=self.env, capture_output=True, text=True,
-                              timeout=timeout, cwd=self.root)  # fmt: skip
+        proc = subprocess.run(
+            [str(BIN / command[0]), *command[1:]],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self.root,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
         return proc.stdout
@@ -121,9 +134,13 @@ class AirflowStack:
                 args += ["--queues", self.name]
             log = self._log(component).open("ab")
             self.procs[component] = subprocess.Popen(
-                [str(BIN / "airflow"), *args], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.root, start_new_session=True,
-            )  # fmt: skip
+                [str(BIN / "airflow"), *args],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.root,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self._check_alive()

@@ -62,17 +62,41 @@ def resource_usage(compiled: Any) -> str:
 
 def gemm_types(w: str, x: str) -> tuple[dict[str, str], dict[str, str]]:
     gate_up = {
-        "x_ptr": f"*{x}:16", "w1_ptr": f"*{w}:16", "s1_ptr": "*fp32:16", "act_ptr": f"*{x}:16",
-        "pairs_ptr": "*i32:16", "experts_ptr": "*i32:16", "num_pairs": "i32:16", "hidden": "i32:16",
-        "inter": "i32:16", "topk": "i32", "num_pid_m": "i32", "stride_xm": "i32:16", "stride_we": "i32:16",
-        "stride_wn": "i32:16", "stride_se": "i32:16", "stride_am": "i32:16",
-    }  # fmt: skip
+        "x_ptr": f"*{x}:16",
+        "w1_ptr": f"*{w}:16",
+        "s1_ptr": "*fp32:16",
+        "act_ptr": f"*{x}:16",
+        "pairs_ptr": "*i32:16",
+        "experts_ptr": "*i32:16",
+        "num_pairs": "i32:16",
+        "hidden": "i32:16",
+        "inter": "i32:16",
+        "topk": "i32",
+        "num_pid_m": "i32",
+        "stride_xm": "i32:16",
+        "stride_we": "i32:16",
+        "stride_wn": "i32:16",
+        "stride_se": "i32:16",
+        "stride_am": "i32:16",
+    }
     down = {
-        "act_ptr": f"*{x}:16", "w2_ptr": f"*{w}:16", "s2_ptr": "*fp32:16", "out_ptr": f"*{x}:16",
-        "weights_ptr": "*fp32:16", "pairs_ptr": "*i32:16", "experts_ptr": "*i32:16", "num_pairs": "i32:16",
-        "hidden": "i32:16", "inter": "i32:16", "num_pid_m": "i32", "stride_am": "i32:16", "stride_we": "i32:16",
-        "stride_wn": "i32:16", "stride_se": "i32:16", "stride_om": "i32:16",
-    }  # fmt: skip
+        "act_ptr": f"*{x}:16",
+        "w2_ptr": f"*{w}:16",
+        "s2_ptr": "*fp32:16",
+        "out_ptr": f"*{x}:16",
+        "weights_ptr": "*fp32:16",
+        "pairs_ptr": "*i32:16",
+        "experts_ptr": "*i32:16",
+        "num_pairs": "i32:16",
+        "hidden": "i32:16",
+        "inter": "i32:16",
+        "num_pid_m": "i32",
+        "stride_am": "i32:16",
+        "stride_we": "i32:16",
+        "stride_wn": "i32:16",
+        "stride_se": "i32:16",
+        "stride_om": "i32:16",
+    }
     return gate_up, down
 
 
@@ -91,10 +115,15 @@ def check_arch(arch: int, m_list: list[int]) -> int:
             seen.add(key)
             gate_up, down = gemm_types(w, x)
             consts = {
-                "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"],
-                "GROUP_M": cfg["GROUP_M"], "EVEN_K": True, "UPCAST": False, "FP8_W": label == "fp8",
+                "BLOCK_M": cfg["BLOCK_M"],
+                "BLOCK_N": cfg["BLOCK_N"],
+                "BLOCK_K": cfg["BLOCK_K"],
+                "GROUP_M": cfg["GROUP_M"],
+                "EVEN_K": True,
+                "UPCAST": False,
+                "FP8_W": label == "fp8",
                 "PRECISION": "ieee" if label == "fp32" else None,
-            }  # fmt: skip
+            }
             for kernel, types, unit in (
                 (fm._gate_up_silu_kernel, gate_up, {"stride_xk": 1, "stride_wk": 1, "stride_an": 1}),
                 (fm._down_kernel, down, {"stride_ak": 1, "stride_wk": 1, "stride_on": 1}),

@@ -76,10 +76,18 @@ def _count_kernel(ids_ptr, counts_ptr, num_pairs, BLOCK: tl.constexpr):
 
 @triton.jit
 def _align_kernel(
-    ids_ptr, counts_ptr, pairs_ptr, experts_ptr, padded_ptr,
-    num_pairs, num_experts, max_blocks,
-    BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, E_POW2: tl.constexpr,
-):  # fmt: skip
+    ids_ptr,
+    counts_ptr,
+    pairs_ptr,
+    experts_ptr,
+    padded_ptr,
+    num_pairs,
+    num_experts,
+    max_blocks,
+    BLOCK_M: tl.constexpr,
+    BLOCK: tl.constexpr,
+    E_POW2: tl.constexpr,
+):
     """Program e writes expert e's pair indices (stable order), its padding and its block ids."""
     expert = tl.program_id(0)
     offs_e = tl.arange(0, E_POW2)
@@ -134,9 +142,18 @@ def align_by_expert(
     chunk = 256 if num_pairs <= 256 else 1024  # two variants to compile; masks cover the rest
     _count_kernel[(num_experts,)](flat, counts, num_pairs, BLOCK=chunk)
     _align_kernel[(num_experts,)](
-        flat, counts, sorted_pairs, block_experts, num_padded, num_pairs, num_experts, max_blocks,
-        BLOCK_M=block_m, BLOCK=chunk, E_POW2=triton.next_power_of_2(num_experts),
-    )  # fmt: skip
+        flat,
+        counts,
+        sorted_pairs,
+        block_experts,
+        num_padded,
+        num_pairs,
+        num_experts,
+        max_blocks,
+        BLOCK_M=block_m,
+        BLOCK=chunk,
+        E_POW2=triton.next_power_of_2(num_experts),
+    )
     return sorted_pairs[:length], block_experts[:max_blocks], num_padded
 
 
@@ -167,12 +184,34 @@ def _program_tile(num_pid_m, n, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
 
 @triton.jit
 def _gate_up_silu_kernel(
-    x_ptr, w1_ptr, s1_ptr, act_ptr, pairs_ptr, experts_ptr,
-    num_pairs, hidden, inter, topk, num_pid_m,
-    stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_se, stride_am, stride_an,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr, UPCAST: tl.constexpr, FP8_W: tl.constexpr, PRECISION: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    w1_ptr,
+    s1_ptr,
+    act_ptr,
+    pairs_ptr,
+    experts_ptr,
+    num_pairs,
+    hidden,
+    inter,
+    topk,
+    num_pid_m,
+    stride_xm,
+    stride_xk,
+    stride_we,
+    stride_wn,
+    stride_wk,
+    stride_se,
+    stride_am,
+    stride_an,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    UPCAST: tl.constexpr,
+    FP8_W: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     pid_m, pid_n = _program_tile(num_pid_m, inter, BLOCK_N, GROUP_M)
     expert = tl.load(experts_ptr + pid_m).to(tl.int64)
     if expert < 0:  # a block past the padded count (the grid is sized for the worst case)
@@ -224,12 +263,34 @@ def _gate_up_silu_kernel(
 
 @triton.jit
 def _down_kernel(
-    act_ptr, w2_ptr, s2_ptr, out_ptr, weights_ptr, pairs_ptr, experts_ptr,
-    num_pairs, hidden, inter, num_pid_m,
-    stride_am, stride_ak, stride_we, stride_wn, stride_wk, stride_se, stride_om, stride_on,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr, UPCAST: tl.constexpr, FP8_W: tl.constexpr, PRECISION: tl.constexpr,
-):  # fmt: skip
+    act_ptr,
+    w2_ptr,
+    s2_ptr,
+    out_ptr,
+    weights_ptr,
+    pairs_ptr,
+    experts_ptr,
+    num_pairs,
+    hidden,
+    inter,
+    num_pid_m,
+    stride_am,
+    stride_ak,
+    stride_we,
+    stride_wn,
+    stride_wk,
+    stride_se,
+    stride_om,
+    stride_on,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    UPCAST: tl.constexpr,
+    FP8_W: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     pid_m, pid_n = _program_tile(num_pid_m, hidden, BLOCK_N, GROUP_M)
     expert = tl.load(experts_ptr + pid_m).to(tl.int64)
     if expert < 0:
@@ -352,8 +413,7 @@ def heuristic_config(
     w_bytes = weight_dtype.itemsize
     a_bytes = 4 if weight_dtype == torch.float32 else 2
     if weight_dtype == torch.float32:  # fp32 IEEE dots: smaller tiles, 4-byte elements
-        cfg = {"BLOCK_M": min(block_m, 32), "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
-               "num_stages": 3}  # fmt: skip
+        cfg = {"BLOCK_M": min(block_m, 32), "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
     elif block_m <= 32:  # decode: few pairs per expert, stream weights with deep K pipelining
         cfg = {"BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 4}
         if weight_dtype == FP8 and block_m == 16:  # half the bytes per tile: twice the K depth (at 32 rows it spills)
@@ -459,22 +519,54 @@ def fused_moe_triton(
         _gate_up_silu_kernel,
         (num_pid_m * triton.cdiv(inter, bn),),
         (
-            x, w1, s1, act, pairs, experts, num_pairs, hidden, inter, topk, num_pid_m,
-            x.stride(0), x.stride(1), w1.stride(0), w1.stride(1), w1.stride(2), stride_s1,
-            act.stride(0), act.stride(1),
+            x,
+            w1,
+            s1,
+            act,
+            pairs,
+            experts,
+            num_pairs,
+            hidden,
+            inter,
+            topk,
+            num_pid_m,
+            x.stride(0),
+            x.stride(1),
+            w1.stride(0),
+            w1.stride(1),
+            w1.stride(2),
+            stride_s1,
+            act.stride(0),
+            act.stride(1),
         ),
         {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": gm, "EVEN_K": hidden % bk == 0, **common, **launch},
-    )  # fmt: skip
+    )
     _launch(
         _down_kernel,
         (num_pid_m * triton.cdiv(hidden, bn),),
         (
-            act, w2, s2, partial, weights, pairs, experts, num_pairs, hidden, inter, num_pid_m,
-            act.stride(0), act.stride(1), w2.stride(0), w2.stride(1), w2.stride(2), stride_s2,
-            partial.stride(0), partial.stride(1),
+            act,
+            w2,
+            s2,
+            partial,
+            weights,
+            pairs,
+            experts,
+            num_pairs,
+            hidden,
+            inter,
+            num_pid_m,
+            act.stride(0),
+            act.stride(1),
+            w2.stride(0),
+            w2.stride(1),
+            w2.stride(2),
+            stride_s2,
+            partial.stride(0),
+            partial.stride(1),
         ),
         {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": gm, "EVEN_K": inter % bk == 0, **common, **launch},
-    )  # fmt: skip
+    )
     block = min(1024, triton.next_power_of_2(hidden))
     _combine_kernel[(m, triton.cdiv(hidden, block))](partial, out, hidden, TOPK=topk, BLOCK=block)
     return out

@@ -68,7 +68,7 @@ def compare(got: torch.Tensor, want: torch.Tensor, tol: float) -> tuple[bool, st
 
 def check_case(
     label: str, m: int, w: tuple[Any, ...], x_dtype: torch.dtype, tol: float, seed: int, topk: int, device: str
-) -> bool:  # fmt: skip
+) -> bool:
     w1, w2, s1, s2 = w
     e, h = w1.shape[0], w1.shape[2]
     topk = min(topk, e)
@@ -149,8 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         sm = props.major * 10 + props.minor
-        say(f"GPU: {torch.cuda.get_device_name()} (sm_{sm}, {props.multi_processor_count} SMs, "
-            f"{props.total_memory / 2**30:.0f} GiB, smem/block {shared_memory_limit() // 1024} KiB)")  # fmt: skip
+        say(
+            f"GPU: {torch.cuda.get_device_name()} (sm_{sm}, {props.multi_processor_count} SMs, "
+            f"{props.total_memory / 2**30:.0f} GiB, smem/block {shared_memory_limit() // 1024} KiB)"
+        )
     say(f"torch {torch.__version__}, triton {triton.__version__}, CUDA {torch.version.cuda}, python {sys.version[:6]}")
     t0 = time.monotonic()
     bf16 = Sweep(sweep_args("bf16", args.m_list, args.out, args.iters, shape), device=device)
@@ -175,8 +177,16 @@ def main(argv: list[str] | None = None) -> int:
                 failures.append(f"bf16 M={m}")
         w1, w2 = make_weights(8, h, i, torch.float32, device)
         for m in (1, 33):  # 8 experts, topk 8: every expert gets all M pairs, 33 spans several blocks
-            if not check_case(f"fp32 (IEEE dots) E=8 H={h} I={i} topk=8", m, (w1, w2, None, None), torch.float32,
-                              TOL["fp32"], 200 + m, 8, device):  # fmt: skip
+            if not check_case(
+                f"fp32 (IEEE dots) E=8 H={h} I={i} topk=8",
+                m,
+                (w1, w2, None, None),
+                torch.float32,
+                TOL["fp32"],
+                200 + m,
+                8,
+                device,
+            ):
                 failures.append(f"fp32 M={m}")
         del w1, w2
     except Exception:
@@ -204,8 +214,9 @@ def main(argv: list[str] | None = None) -> int:
             share = args.probe_s / max(len(args.probe_m), 1)
             for m in args.probe_m:
                 w = (bf16.w1, bf16.w2, None, None)
-                best, best_ms, heur_ms, timed = tune_m(m, shape, w, torch.bfloat16, "small", 3, 10,
-                                                       time.monotonic() + share)  # fmt: skip
+                best, best_ms, heur_ms, timed = tune_m(
+                    m, shape, w, torch.bfloat16, "small", 3, 10, time.monotonic() + share
+                )
                 found[str(m)] = best
                 say(f"M={m}: heuristic {heur_ms:.4f} ms, best of {timed}: {best_ms:.4f} ms {launch_info(best)}")
             say("candidate table (configs/...dtype=bf16...json): " + json.dumps(found))
@@ -244,8 +255,10 @@ def main(argv: list[str] | None = None) -> int:
             goal = 70.0 if row["m"] == 1 else 80.0 if row["m"] >= 256 else None
             if goal is not None:
                 verdict = "MET" if row["pct_roofline"] >= goal else "MISSED"
-                say(f"{dtype} M={row['m']}: {row['ms_per_call']:.4f} ms = {row['pct_roofline']:.1f} % of the "
-                    f"{row['roofline_ms']:.4f} ms roofline (goal {goal:.0f} %): {verdict}")  # fmt: skip
+                say(
+                    f"{dtype} M={row['m']}: {row['ms_per_call']:.4f} ms = {row['pct_roofline']:.1f} % of the "
+                    f"{row['roofline_ms']:.4f} ms roofline (goal {goal:.0f} %): {verdict}"
+                )
     say()
     say(f"correctness failures: {failures or 'none'}; crashed steps: {crashes or 'none'}")
     say(f"rows appended to {args.out}; total {time.monotonic() - START:.1f}s")

@@ -268,8 +268,24 @@ def test_bench_output_format(tmp_path, capsys):
         assert len(cells) >= len(columns) - 1 and cells[len(columns) - 2] in ("memory", "compute")
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["m"] for r in rows] == [r["M"] for r in rows] == [1, 3, 16, 1, 3, 16]
-    keys = ["m", "ms_per_call", "tok_per_s", "us_per_token", "p10_ms", "p90_ms", "kernel_ms", "experts",
-            "bytes_read", "gbps", "tflops", "roofline_ms", "pct_roofline", "pct_copy_bw", "bound", "note"]  # fmt: skip
+    keys = [
+        "m",
+        "ms_per_call",
+        "tok_per_s",
+        "us_per_token",
+        "p10_ms",
+        "p90_ms",
+        "kernel_ms",
+        "experts",
+        "bytes_read",
+        "gbps",
+        "tflops",
+        "roofline_ms",
+        "pct_roofline",
+        "pct_copy_bw",
+        "bound",
+        "note",
+    ]
     for row in rows:
         assert set(keys) <= set(row)
         assert row["p10_ms"] <= row["ms_per_call"] <= row["p90_ms"]  # the median inside its timed spread

@@ -84,9 +84,14 @@ def candidates(m: int, num_experts: int, topk: int, weight_dtype: torch.dtype, s
 
 
 def time_config(
-    cfg: dict[str, int], x: torch.Tensor, w: Weights, weights: torch.Tensor, ids: torch.Tensor,
-    warmup: int, iters: int,
-) -> float:  # fmt: skip
+    cfg: dict[str, int],
+    x: torch.Tensor,
+    w: Weights,
+    weights: torch.Tensor,
+    ids: torch.Tensor,
+    warmup: int,
+    iters: int,
+) -> float:
     """Milliseconds per call of a graph replay with ``cfg``; inf if it fails to compile or launch."""
     w1, w2, s1, s2 = w
 
@@ -104,9 +109,16 @@ def time_config(
 
 
 def tune_m(
-    m: int, shape: dict[str, int], w: Weights, x_dtype: torch.dtype, space: str,
-    warmup: int, iters: int, deadline: float, seed: int = 0,
-) -> tuple[dict[str, int], float, float, int]:  # fmt: skip
+    m: int,
+    shape: dict[str, int],
+    w: Weights,
+    x_dtype: torch.dtype,
+    space: str,
+    warmup: int,
+    iters: int,
+    deadline: float,
+    seed: int = 0,
+) -> tuple[dict[str, int], float, float, int]:
     """(best config, its ms, the heuristic's ms, candidates timed) at M, stopping at ``deadline``."""
     e, h, k = shape["experts"], shape["hidden"], shape["topk"]
     x, weights, ids = make_tokens(m, e, h, k, x_dtype, "cuda", seed=seed + m)
@@ -156,9 +168,16 @@ def main(argv: list[str] | None = None) -> int:
     for index, m in enumerate(args.m_list):
         share = (args.budget_s - (time.monotonic() - start)) / (len(args.m_list) - index)
         best, best_ms, heur_ms, timed = tune_m(
-            m, shape, (w1, w2, s1, s2), x_dtype, args.space, args.warmup, args.iters, time.monotonic() + share,
+            m,
+            shape,
+            (w1, w2, s1, s2),
+            x_dtype,
+            args.space,
+            args.warmup,
+            args.iters,
+            time.monotonic() + share,
             seed=args.seed,
-        )  # fmt: skip
+        )
         table[str(m)] = best
         print(f"M={m}: best {best_ms:.4f} ms {best} (heuristic {heur_ms:.4f} ms, {timed} timed)", flush=True)
     table["_meta"] = {

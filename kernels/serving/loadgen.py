@@ -91,15 +91,24 @@ def summarize(results: list[Result], duration: float, input_len: int, concurrenc
     spans = [(r.start, r.start + r.e2e) for r in done]
     peak_concurrent = max((sum(1 for s, e in spans if s <= start < e) for start, _ in spans), default=0)
     summary = {
-        "backend": backend, "request_rate": float("inf"), "max_concurrency": concurrency,
-        "completed": len(done), "failed": len(results) - len(done), "num_prompts": len(results),
-        "duration": duration, "random_input_len": input_len, "total_input_tokens": input_len * len(done),
-        "total_output_tokens": output_tokens, "request_throughput": len(done) / duration,
-        "input_throughput": input_len * len(done) / duration, "output_throughput": output_tokens / duration,
+        "backend": backend,
+        "request_rate": float("inf"),
+        "max_concurrency": concurrency,
+        "completed": len(done),
+        "failed": len(results) - len(done),
+        "num_prompts": len(results),
+        "duration": duration,
+        "random_input_len": input_len,
+        "total_input_tokens": input_len * len(done),
+        "total_output_tokens": output_tokens,
+        "request_throughput": len(done) / duration,
+        "input_throughput": input_len * len(done) / duration,
+        "output_throughput": output_tokens / duration,
         "total_throughput": (input_len * len(done) + output_tokens) / duration,
-        "max_output_tokens_per_s": max(per_second.values(), default=0), "max_concurrent_requests": peak_concurrent,
+        "max_output_tokens_per_s": max(per_second.values(), default=0),
+        "max_concurrent_requests": peak_concurrent,
         "concurrency": sum(e2e) / ms / duration,
-    }  # fmt: skip
+    }
     for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2e_latency", e2e)):
         summary[f"mean_{name}_ms"] = statistics.fmean(values) if values else float("nan")
         summary[f"median_{name}_ms"] = statistics.median(values) if values else float("nan")
@@ -131,15 +140,19 @@ def print_block(s: dict) -> None:
     line("Peak concurrent requests", s["max_concurrent_requests"])
     line("Total token throughput (tok/s)", f"{s['total_throughput']:.2f}")
     line("Concurrency", f"{s['concurrency']:.2f}")
-    sections = [("End-to-End Latency", "E2E Latency", "e2e_latency", ("mean", "median", "p90", "p99")),
-                ("Time to First Token", "TTFT", "ttft", ("mean", "median", "p99")),
-                ("Time per Output Token (excl. 1st token)", "TPOT", "tpot", ("mean", "median", "p99")),
-                ("Inter-Token Latency", "ITL", "itl", ("mean", "median", "p95", "p99", "max"))]  # fmt: skip
+    sections = [
+        ("End-to-End Latency", "E2E Latency", "e2e_latency", ("mean", "median", "p90", "p99")),
+        ("Time to First Token", "TTFT", "ttft", ("mean", "median", "p99")),
+        ("Time per Output Token (excl. 1st token)", "TPOT", "tpot", ("mean", "median", "p99")),
+        ("Inter-Token Latency", "ITL", "itl", ("mean", "median", "p95", "p99", "max")),
+    ]
     for title, label, key, stats in sections:
         print("{s:{c}^{n}}".format(s=title, n=50, c="-"))
         for stat in stats:
-            line(f"{stat.capitalize() if stat in ('mean', 'median', 'max') else stat.upper()} {label} (ms)",
-                 f"{s[f'{stat}_{key}_ms']:.2f}")  # fmt: skip
+            line(
+                f"{stat.capitalize() if stat in ('mean', 'median', 'max') else stat.upper()} {label} (ms)",
+                f"{s[f'{stat}_{key}_ms']:.2f}",
+            )
     print("=" * 50, flush=True)
 
 
@@ -178,11 +191,21 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.requests_file, "a") as out:
             for seq, r in enumerate(results):
                 gaps = [(b - a) * 1e3 for a, b in zip(r.token_times, r.token_times[1:], strict=False)]
-                out.write(json.dumps({
-                    "seq": seq, "ok": r.ok, "input_len": args.input_len, "output_tokens": r.output_tokens,
-                    "ttft_ms": r.ttft * 1e3 if r.ok else None, "e2e_ms": r.e2e * 1e3 if r.ok else None,
-                    "mean_itl_ms": statistics.fmean(gaps) if gaps else None, "error": r.error,
-                }) + "\n")  # fmt: skip
+                out.write(
+                    json.dumps(
+                        {
+                            "seq": seq,
+                            "ok": r.ok,
+                            "input_len": args.input_len,
+                            "output_tokens": r.output_tokens,
+                            "ttft_ms": r.ttft * 1e3 if r.ok else None,
+                            "e2e_ms": r.e2e * 1e3 if r.ok else None,
+                            "mean_itl_ms": statistics.fmean(gaps) if gaps else None,
+                            "error": r.error,
+                        }
+                    )
+                    + "\n"
+                )
     return 0 if summary["completed"] else 1
 
 

@@ -53,9 +53,13 @@ def make_handler(prefill: str, decode: str) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            event = {"object": "text_completion", "created": int(time.time()),
-                     "choices": [{"index": 0, "text": first["text"], "token_id": first["token_ids"][0],
-                                  "finish_reason": None}]}  # fmt: skip
+            event = {
+                "object": "text_completion",
+                "created": int(time.time()),
+                "choices": [
+                    {"index": 0, "text": first["text"], "token_id": first["token_ids"][0], "finish_reason": None}
+                ],
+            }
             self._write(f"data: {json.dumps(event)}\n\n".encode())
             if max_tokens > 1:
                 body = {"prompt": [*tokens, first["token_ids"][0]], "max_tokens": max_tokens - 1, "stream": True}

@@ -197,33 +197,69 @@ class Engine:
         yield from self.generate([*tokens, first], max_tokens - 1)
 
     def model_info(self) -> dict:
-        return {"model_path": self.model_path, "served_model_name": self.served_model_name,
-                "tokenizer_path": self.model_path, "is_generation": True, "preferred_sampling_params": None,
-                "weight_version": "default", "load_format": "random", "reasoning_parser": None,
-                "tool_call_parser": None, "disaggregation_mode": self.disaggregation_mode(),
-                "has_image_understanding": False, "has_audio_understanding": False,
-                "model_type": "tiny_moe_decoder", "architectures": ["TinyMoEDecoder"]}  # fmt: skip
+        return {
+            "model_path": self.model_path,
+            "served_model_name": self.served_model_name,
+            "tokenizer_path": self.model_path,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "load_format": "random",
+            "reasoning_parser": None,
+            "tool_call_parser": None,
+            "disaggregation_mode": self.disaggregation_mode(),
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": "tiny_moe_decoder",
+            "architectures": ["TinyMoEDecoder"],
+        }
 
     def disaggregation_mode(self) -> str:
         return "null" if self.args.role == "both" else self.args.role
 
     def server_info(self) -> dict:
         a = self.args
-        return {"model_path": self.model_path, "tokenizer_path": self.model_path,
-                "served_model_name": self.served_model_name, "host": a.host, "port": a.port, "tp_size": 1,
-                "dp_size": 1, "ep_size": 1, "context_length": CONTEXT_LEN, "max_running_requests": 1,
-                "disaggregation_mode": self.disaggregation_mode(),
-                "disaggregation_bootstrap_port": a.disaggregation_bootstrap_port, "num_layers": a.layers,
-                "hidden": a.hidden, "num_experts": a.experts, "topk": a.topk, "intermediate": a.inter,
-                "startup_time": self.started,
-                "internal_states": [{"last_gen_throughput": self.last_gen_throughput, "requests": self.requests,
-                                     "generated_tokens": self.generated_tokens, "avg_spec_accept_length": None}],
-                "version": VERSION, "frontend": "python"}  # fmt: skip
+        return {
+            "model_path": self.model_path,
+            "tokenizer_path": self.model_path,
+            "served_model_name": self.served_model_name,
+            "host": a.host,
+            "port": a.port,
+            "tp_size": 1,
+            "dp_size": 1,
+            "ep_size": 1,
+            "context_length": CONTEXT_LEN,
+            "max_running_requests": 1,
+            "disaggregation_mode": self.disaggregation_mode(),
+            "disaggregation_bootstrap_port": a.disaggregation_bootstrap_port,
+            "num_layers": a.layers,
+            "hidden": a.hidden,
+            "num_experts": a.experts,
+            "topk": a.topk,
+            "intermediate": a.inter,
+            "startup_time": self.started,
+            "internal_states": [
+                {
+                    "last_gen_throughput": self.last_gen_throughput,
+                    "requests": self.requests,
+                    "generated_tokens": self.generated_tokens,
+                    "avg_spec_accept_length": None,
+                }
+            ],
+            "version": VERSION,
+            "frontend": "python",
+        }
 
     def model_card(self) -> dict:
-        return {"id": self.served_model_name, "object": "model", "created": int(self.started),
-                "owned_by": "sglang", "root": self.served_model_name, "parent": None,
-                "max_model_len": CONTEXT_LEN}  # fmt: skip
+        return {
+            "id": self.served_model_name,
+            "object": "model",
+            "created": int(self.started),
+            "owned_by": "sglang",
+            "root": self.served_model_name,
+            "parent": None,
+            "max_model_len": CONTEXT_LEN,
+        }
 
 
 def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
@@ -245,8 +281,9 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             self._send(code, json.dumps(body).encode(), "application/json")
 
         def _error(self, code: int, message: str) -> None:
-            self._json(code, {"object": "error", "message": message, "type": "BadRequestError", "param": None,
-                              "code": code})  # fmt: skip
+            self._json(
+                code, {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": code}
+            )
 
         def _route(self) -> str:
             return self.path.split("?", 1)[0]
@@ -298,8 +335,9 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 self._error(400, str(exc))
 
         def _flush_cache(self) -> None:
-            self._send(200, b"Cache flushed.\nThere is no prefix cache in this server; nothing was done.\n",
-                       "text/plain")  # fmt: skip
+            self._send(
+                200, b"Cache flushed.\nThere is no prefix cache in this server; nothing was done.\n", "text/plain"
+            )
 
         def _start_stream(self) -> None:
             self.send_response(200)
@@ -330,28 +368,67 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             options = request.get("stream_options") or {}
 
             def usage(n: int) -> dict:
-                return {"prompt_tokens": len(tokens), "total_tokens": len(tokens) + n, "completion_tokens": n,
-                        "prompt_tokens_details": None, "reasoning_tokens": 0}  # fmt: skip
+                return {
+                    "prompt_tokens": len(tokens),
+                    "total_tokens": len(tokens) + n,
+                    "completion_tokens": n,
+                    "prompt_tokens_details": None,
+                    "reasoning_tokens": 0,
+                }
 
             max_tokens, tokens_out = engine.tokens_for(request, tokens, max_tokens)
             if not request.get("stream"):
                 generated = list(tokens_out)
-                self._json(200, {"id": rid, "object": "text_completion", "created": created, "model": model,
-                                 "choices": [{"index": 0, "text": engine.tokenizer.decode(generated),
-                                              "logprobs": None, "finish_reason": "length", "matched_stop": None}],
-                                 "usage": usage(len(generated))})  # fmt: skip
+                self._json(
+                    200,
+                    {
+                        "id": rid,
+                        "object": "text_completion",
+                        "created": created,
+                        "model": model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "text": engine.tokenizer.decode(generated),
+                                "logprobs": None,
+                                "finish_reason": "length",
+                                "matched_stop": None,
+                            }
+                        ],
+                        "usage": usage(len(generated)),
+                    },
+                )
                 return
             self._start_stream()
             for n, token in enumerate(tokens_out, start=1):
-                chunk = {"id": rid, "object": "text_completion", "created": created, "model": model,
-                         "choices": [{"index": 0, "text": engine.tokenizer.decode([token]), "logprobs": None,
-                                      "finish_reason": "length" if n == max_tokens else None,
-                                      "matched_stop": None}],
-                         "usage": usage(n) if options.get("continuous_usage_stats") else None}  # fmt: skip
+                chunk = {
+                    "id": rid,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "text": engine.tokenizer.decode([token]),
+                            "logprobs": None,
+                            "finish_reason": "length" if n == max_tokens else None,
+                            "matched_stop": None,
+                        }
+                    ],
+                    "usage": usage(n) if options.get("continuous_usage_stats") else None,
+                }
                 self._event(chunk)
             if options.get("include_usage"):
-                self._event({"id": rid, "object": "text_completion", "created": created, "model": model,
-                             "choices": [], "usage": usage(max_tokens)})  # fmt: skip
+                self._event(
+                    {
+                        "id": rid,
+                        "object": "text_completion",
+                        "created": created,
+                        "model": model,
+                        "choices": [],
+                        "usage": usage(max_tokens),
+                    }
+                )
             self._end_stream()
 
         def _generate(self, request: dict) -> None:
@@ -370,11 +447,18 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
 
             def event() -> dict:
                 done = len(generated) == max_tokens
-                return {"text": engine.tokenizer.decode(generated), "output_ids": list(generated),
-                        "meta_info": {"id": rid, "finish_reason": {"type": "length", "length": max_tokens}
-                                      if done else None, "prompt_tokens": len(tokens),
-                                      "completion_tokens": len(generated), "cached_tokens": 0,
-                                      "e2e_latency": time.time() - start}}  # fmt: skip
+                return {
+                    "text": engine.tokenizer.decode(generated),
+                    "output_ids": list(generated),
+                    "meta_info": {
+                        "id": rid,
+                        "finish_reason": {"type": "length", "length": max_tokens} if done else None,
+                        "prompt_tokens": len(tokens),
+                        "completion_tokens": len(generated),
+                        "cached_tokens": 0,
+                        "e2e_latency": time.time() - start,
+                    },
+                }
 
             max_tokens, tokens_out = engine.tokens_for(request, tokens, max_tokens)
             if not request.get("stream"):
@@ -423,8 +507,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--role", choices=["both", "prefill", "decode"], default="both")
     parser.add_argument("--model-path", default=str(HERE / "tokenizer"), help="directory with tokenizer.json")
     parser.add_argument("--served-model-name", help="model id in /v1/models (default: the model path)")
-    parser.add_argument("--disaggregation-bootstrap-port", type=int, default=8998,
-                        help="prefill role: where decode servers take the first token of a PD request")  # fmt: skip
+    parser.add_argument(
+        "--disaggregation-bootstrap-port",
+        type=int,
+        default=8998,
+        help="prefill role: where decode servers take the first token of a PD request",
+    )
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--experts", type=int, default=4)
@@ -439,8 +527,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "prefill":
         bootstrap = Server((args.host, args.disaggregation_bootstrap_port), make_bootstrap_handler(engine))
         threading.Thread(target=bootstrap.serve_forever, daemon=True).start()
-    print(f"serving tiny MoE decoder ({args.role}, layers {args.layers}, hidden {args.hidden}) "
-          f"as {engine.served_model_name} on http://{args.host}:{args.port}", flush=True)  # fmt: skip
+    print(
+        f"serving tiny MoE decoder ({args.role}, layers {args.layers}, hidden {args.hidden}) "
+        f"as {engine.served_model_name} on http://{args.host}:{args.port}",
+        flush=True,
+    )
     server.serve_forever()
     return 0
 

@@ -32,8 +32,17 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # Per-request arrays in the clients' detailed results; kept in the phase file, not in the summary rows.
-DETAIL_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors", "start_times",
-               "cached_tokens", "cached_tokens_details")  # fmt: skip
+DETAIL_KEYS = (
+    "input_lens",
+    "output_lens",
+    "ttfts",
+    "itls",
+    "generated_texts",
+    "errors",
+    "start_times",
+    "cached_tokens",
+    "cached_tokens_details",
+)
 DEFAULT_BACKEND = {"sglang": "sglang", "vllm": "vllm"}
 
 
@@ -48,23 +57,78 @@ def client_command(args: argparse.Namespace, concurrency: int, prompts: int, res
     model = ["--model", args.model] if args.model else []
     backend = args.backend or DEFAULT_BACKEND.get(args.client, "")
     if args.client in ("local", "loadgen"):
-        return [sys.executable, str(HERE / "loadgen.py"), "--base-url", args.base_url, "--num-prompts", str(prompts),
-                "--max-concurrency", str(concurrency), "--input-len", str(args.input_len),
-                "--output-len", str(args.output_len), "--output-file", str(result),
-                "--requests-file", str(result.with_suffix(".requests.jsonl"))]  # fmt: skip
+        return [
+            sys.executable,
+            str(HERE / "loadgen.py"),
+            "--base-url",
+            args.base_url,
+            "--num-prompts",
+            str(prompts),
+            "--max-concurrency",
+            str(concurrency),
+            "--input-len",
+            str(args.input_len),
+            "--output-len",
+            str(args.output_len),
+            "--output-file",
+            str(result),
+            "--requests-file",
+            str(result.with_suffix(".requests.jsonl")),
+        ]
     if args.client == "sglang":
         # --random-range-ratio 1: every prompt exactly input_len tokens and every output exactly output_len.
-        return [sys.executable, "-m", "sglang.bench_serving", "--backend", backend, "--base-url", args.base_url,
-                "--dataset-name", args.dataset, *lengths, "--random-range-ratio", "1", *load, *model, *tokenizer,
-                "--output-file", str(result), "--output-details"]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "sglang.bench_serving",
+            "--backend",
+            backend,
+            "--base-url",
+            args.base_url,
+            "--dataset-name",
+            args.dataset,
+            *lengths,
+            "--random-range-ratio",
+            "1",
+            *load,
+            *model,
+            *tokenizer,
+            "--output-file",
+            str(result),
+            "--output-details",
+        ]
     # vLLM's random range ratio is a ± spread: its default 0 gives fixed lengths. random-ids is SGLang's name.
     # E2E latency and the p90/p95 lines are printed only when asked for; SGLang prints them all by default.
     dataset = "random" if args.dataset == "random-ids" else args.dataset
-    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", backend,
-            "--base-url", args.base_url, "--endpoint", "/v1/completions", "--dataset-name", dataset, *lengths,
-            *load, *model, *tokenizer, "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "90,95,99",
-            "--save-result", "--save-detailed", "--result-dir", str(result.parent),
-            "--result-filename", result.name]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "bench",
+        "serve",
+        "--backend",
+        backend,
+        "--base-url",
+        args.base_url,
+        "--endpoint",
+        "/v1/completions",
+        "--dataset-name",
+        dataset,
+        *lengths,
+        *load,
+        *model,
+        *tokenizer,
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "90,95,99",
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(result.parent),
+        "--result-filename",
+        result.name,
+    ]
 
 
 def served_model(base_url: str) -> str | None:
@@ -91,11 +155,20 @@ def request_rows(summary: dict, label: str, concurrency: int) -> list[dict]:
         zip(ttfts, itls, errors, input_lens, output_lens, strict=False)
     ):
         ok = not error and bool(ttft)
-        rows.append({"config": label, "concurrency": concurrency, "seq": seq, "ok": ok, "input_len": input_len,
-                     "output_tokens": output_len if ok else 0, "ttft_ms": ttft * 1e3 if ok else None,
-                     "e2e_ms": (ttft + sum(gaps)) * 1e3 if ok else None,
-                     "mean_itl_ms": sum(gaps) / len(gaps) * 1e3 if ok and gaps else None,
-                     "error": (error or "")[-2000:]})  # fmt: skip
+        rows.append(
+            {
+                "config": label,
+                "concurrency": concurrency,
+                "seq": seq,
+                "ok": ok,
+                "input_len": input_len,
+                "output_tokens": output_len if ok else 0,
+                "ttft_ms": ttft * 1e3 if ok else None,
+                "e2e_ms": (ttft + sum(gaps)) * 1e3 if ok else None,
+                "mean_itl_ms": sum(gaps) / len(gaps) * 1e3 if ok and gaps else None,
+                "error": (error or "")[-2000:],
+            }
+        )
     return rows
 
 
@@ -117,8 +190,12 @@ def run_phase(args: argparse.Namespace, phases_dir: Path, concurrency: int, prom
     result.unlink(missing_ok=True)
     result.with_suffix(".requests.jsonl").unlink(missing_ok=True)
     with result.with_suffix(".log").open("w") as raw:
-        proc = subprocess.Popen(client_command(args, concurrency, prompts, result), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            client_command(args, concurrency, prompts, result),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         assert proc.stdout is not None
         line = "\n"
         for line in proc.stdout:
@@ -136,8 +213,10 @@ def run_phase(args: argparse.Namespace, phases_dir: Path, concurrency: int, prom
         for summary in read_results(result):
             requests += [{**row, "repeat": repeat} for row in request_rows(summary, args.label, concurrency)]
             kept = {k: v for k, v in summary.items() if k not in DETAIL_KEYS}
-            out.write(json.dumps({**kept, "num_prompts": prompts, "tag": args.label, "repeat": repeat,
-                                  "warmup": repeat == 0}) + "\n")  # fmt: skip
+            out.write(
+                json.dumps({**kept, "num_prompts": prompts, "tag": args.label, "repeat": repeat, "warmup": repeat == 0})
+                + "\n"
+            )
     raw_requests = result.with_suffix(".requests.jsonl")
     if raw_requests.exists():  # the local load generator's own per-request file
         requests = [{**json.loads(line), **where} for line in raw_requests.read_text().splitlines() if line.strip()]
@@ -174,8 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     phases_dir = args.out.parent / f"phases_{args.label}"
     phases_dir.mkdir(parents=True, exist_ok=True)
     plan = [(args.concurrency[0], args.prompts[0], 0)] if args.warmup else []
-    plan += [(c, n, r) for c, n in zip(args.concurrency, args.prompts, strict=True)
-             for r in range(1, args.repeats + 1)]  # fmt: skip
+    plan += [(c, n, r) for c, n in zip(args.concurrency, args.prompts, strict=True) for r in range(1, args.repeats + 1)]
     failed = [f"concurrency={c} repeat={r}" for c, n, r in plan if not run_phase(args, phases_dir, c, n, r)]
     if failed:
         print(f"failed phases: {', '.join(failed)}", flush=True)

@@ -1,13 +1,13 @@
 """``bench``: check specs, parse benchmark output, run a campaign through Airflow.
 
-    bench validate [SPEC ...]                 check campaign specs; errors by file, line and field
-    bench parse FILE [--kind K] [--format F]  tidy rows of a benchmark output as JSON lines
-    bench run CAMPAIGN [-v]                   run one campaign through Airflow (dag.test) and print its rows
-    bench sql QUERY                           run a read-only query against the results warehouse
-    bench compare A B [--point P] [--metric M]  is B better than A? (configs, runs or nights; 95 % intervals)
-    bench migrate                             create or update the warehouse's tables and views
-    bench pools                               create the Airflow pool of every spec's host (one slot each)
-    bench up [--port N] [--db D]              start Airflow for this project here (no Docker); bench down stops it
+bench validate [SPEC ...]                 check campaign specs; errors by file, line and field
+bench parse FILE [--kind K] [--format F]  tidy rows of a benchmark output as JSON lines
+bench run CAMPAIGN [-v]                   run one campaign through Airflow (dag.test) and print its rows
+bench sql QUERY                           run a read-only query against the results warehouse
+bench compare A B [--point P] [--metric M]  is B better than A? (configs, runs or nights; 95 % intervals)
+bench migrate                             create or update the warehouse's tables and views
+bench pools                               create the Airflow pool of every spec's host (one slot each)
+bench up [--port N] [--db D]              start Airflow for this project here (no Docker); bench down stops it
 """
 
 from __future__ import annotations
@@ -150,8 +150,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(f"{b} against {a}: ratio of means B/A, 95 % interval and Welch's t on the logs")
     for row in rows:
         r = row.result
-        figures = (f"A {r.a.mean:10.4g} ± {(r.a.ci_high - r.a.mean):<8.3g} B {r.b.mean:10.4g} ± "
-                   f"{(r.b.ci_high - r.b.mean):<8.3g} " if r else "")  # fmt: skip
+        figures = (
+            f"A {r.a.mean:10.4g} ± {(r.a.ci_high - r.a.mean):<8.3g} B {r.b.mean:10.4g} ± "
+            f"{(r.b.ci_high - r.b.mean):<8.3g} "
+            if r
+            else ""
+        )
         print(f"{row.point:<18} {row.metric:<20} {figures}{row.verdict(b)}")
     return 0
 
@@ -213,13 +217,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-v", "--verbose", action="store_true", help="show Airflow's logs too (always in a file)")
     run.set_defaults(func=cmd_run)
     sql = sub.add_parser(
-        "sql", help="query the results warehouse (read-only)",
+        "sql",
+        help="query the results warehouse (read-only)",
         description="Run a read-only query against the results warehouse.",
     )
-    sql.add_argument("query", help="SQL, e.g. \"SELECT * FROM runs ORDER BY started_at DESC LIMIT 5\"")
+    sql.add_argument("query", help='SQL, e.g. "SELECT * FROM runs ORDER BY started_at DESC LIMIT 5"')
     sql.set_defaults(func=cmd_sql)
     comparison = sub.add_parser(
-        "compare", help="compare two configs, runs or nights",
+        "compare",
+        help="compare two configs, runs or nights",
         description="Compare side B with side A at every point both have (a concurrency, an M): the ratio of "
         "their means with its 95 %% interval (Welch's t on the logs over the repeats) and whether the difference is "
         "real. A side is CAMPAIGN[:CONFIG][@RUN_ID or @YYYY-MM-DD]; without @, the latest valid run.",
@@ -229,21 +235,28 @@ def build_parser() -> argparse.ArgumentParser:
     comparison.add_argument("--point", help="one point only, e.g. concurrency=16 or m=256")
     comparison.add_argument("--metric", help="one metric only, e.g. output_throughput")
     comparison.set_defaults(func=cmd_compare)
-    migrate = sub.add_parser("migrate", help="create or update the warehouse schema",
-                             description="Apply pending warehouse migrations and rebuild changed views.")  # fmt: skip
+    migrate = sub.add_parser(
+        "migrate",
+        help="create or update the warehouse schema",
+        description="Apply pending warehouse migrations and rebuild changed views.",
+    )
     migrate.set_defaults(func=cmd_migrate)
     pools = sub.add_parser(
         "pools", help="create the host pools", description="Create the one-slot Airflow pool of every spec's host."
     )
     pools.set_defaults(func=cmd_pools)
     up = sub.add_parser(
-        "up", help="start Airflow for this project on this machine (no Docker)",
+        "up",
+        help="start Airflow for this project on this machine (no Docker)",
         description="Start the api-server, scheduler, dag-processor and triggerer (LocalExecutor) for this "
         "project, create the pools and the warehouse schema, print the URL and the login.",
-    )  # fmt: skip
+    )
     up.add_argument("--port", type=int, help="the UI's port (default 8080, or BENCH_UP_PORT)")
-    up.add_argument("--db", help="metadata DB: postgres, sqlite or a SQLAlchemy URI (default: the local "
-                    "PostgreSQL if it answers, else SQLite)")  # fmt: skip
+    up.add_argument(
+        "--db",
+        help="metadata DB: postgres, sqlite or a SQLAlchemy URI (default: the local "
+        "PostgreSQL if it answers, else SQLite)",
+    )
     up.set_defaults(func=cmd_up)
     down = sub.add_parser("down", help="stop what bench up started", description="Stop what bench up started.")
     down.set_defaults(func=cmd_down)

@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from benchflow.kinds import ResultKind
 
 
-
 @dataclass
 class ValidationOutcome:
     suite: str
@@ -62,9 +61,7 @@ def validate_rows(kind: ResultKind, rows: list[dict[str, Any]], **params: Any) -
         details = item.result or {}
         indexes = details.get("unexpected_index_list") or []
         examples = details.get("partial_unexpected_list") or []
-        outcome.failed.append(
-            f"{name}: {details.get('unexpected_count', '?')} unexpected, e.g. {examples[:3]}"
-        )
+        outcome.failed.append(f"{name}: {details.get('unexpected_count', '?')} unexpected, e.g. {examples[:3]}")
         for index in indexes:
             outcome.row_reasons.setdefault(int(index), []).append(name)
     return outcome

@@ -90,8 +90,9 @@ def build_checked(spec: CampaignSpec) -> DAG:
     try:
         return build_dag(spec)
     except Exception as exc:  # one spec's failure must not take the others down, nor print a traceback
-        raise SpecError(campaigns_dir() / f"{spec.name}.yaml", [FieldError("", f"the DAG could not be built: {exc}",
-                                                                           None)]) from exc  # fmt: skip
+        raise SpecError(
+            campaigns_dir() / f"{spec.name}.yaml", [FieldError("", f"the DAG could not be built: {exc}", None)]
+        ) from exc
 
 
 def build_dag(spec: CampaignSpec) -> DAG:
@@ -112,28 +113,58 @@ def build_dag(spec: CampaignSpec) -> DAG:
     ) as dag:
         on_host: dict[str, Any] = {"host_id": spec.host, "pool": spec.pool}
         preflight = PreflightOperator(
-            task_id="preflight", benchmark_args=dict(spec.benchmark.args), serving=bool(spec.configs),
-            execution_timeout=_seconds(timeouts.preflight), **on_host,
-        )  # fmt: skip
+            task_id="preflight",
+            benchmark_args=dict(spec.benchmark.args),
+            serving=bool(spec.configs),
+            execution_timeout=_seconds(timeouts.preflight),
+            **on_host,
+        )
         acquire = AcquireHostSensor(
-            task_id="acquire_host", lease_ttl_s=lease_s, timeout=timeouts.host_wait,
-            poke_interval=timeouts.host_poke_interval, retries=0, **on_host,
-        )  # fmt: skip
-        stop = ServicesOperator(task_id="stop_services", services=spec.services, action="stop",
-                                execution_timeout=_seconds(timeouts.services), **on_host)  # fmt: skip
+            task_id="acquire_host",
+            lease_ttl_s=lease_s,
+            timeout=timeouts.host_wait,
+            poke_interval=timeouts.host_poke_interval,
+            retries=0,
+            **on_host,
+        )
+        stop = ServicesOperator(
+            task_id="stop_services",
+            services=spec.services,
+            action="stop",
+            execution_timeout=_seconds(timeouts.services),
+            **on_host,
+        )
         free = GpusFreeSensor(
-            task_id="gpus_free", max_used_mib=spec.gpus_free.max_used_mib, wait_s=spec.gpus_free.wait,
-            poke_interval=spec.gpus_free.poke_interval, retries=0, **on_host,
-        )  # fmt: skip
-        deploy = DeployPayloadOperator(task_id="deploy_payload", payload=spec.payload, requires=spec.requires,
-                                       execution_timeout=_seconds(timeouts.deploy), **on_host)  # fmt: skip
-        restore = ServicesOperator(task_id="restore_services", services=spec.services, action="start",
-                                   execution_timeout=_seconds(timeouts.services), **on_host)  # fmt: skip
+            task_id="gpus_free",
+            max_used_mib=spec.gpus_free.max_used_mib,
+            wait_s=spec.gpus_free.wait,
+            poke_interval=spec.gpus_free.poke_interval,
+            retries=0,
+            **on_host,
+        )
+        deploy = DeployPayloadOperator(
+            task_id="deploy_payload",
+            payload=spec.payload,
+            requires=spec.requires,
+            execution_timeout=_seconds(timeouts.deploy),
+            **on_host,
+        )
+        restore = ServicesOperator(
+            task_id="restore_services",
+            services=spec.services,
+            action="start",
+            execution_timeout=_seconds(timeouts.services),
+            **on_host,
+        )
         jobs, last = _benchmark_stages(spec, deploy, on_host)
         fetch = FetchArtifactsOperator(
-            task_id="fetch_artifacts", files=[spec.benchmark.output, *(s.file for s in spec.result_kind.side_tables)],
-            jobs=jobs, trigger_rule=TriggerRule.ALL_DONE, execution_timeout=_seconds(timeouts.fetch), **on_host,
-        )  # fmt: skip
+            task_id="fetch_artifacts",
+            files=[spec.benchmark.output, *(s.file for s in spec.result_kind.side_tables)],
+            jobs=jobs,
+            trigger_rule=TriggerRule.ALL_DONE,
+            execution_timeout=_seconds(timeouts.fetch),
+            **on_host,
+        )
         release = ReleaseHostOperator(task_id="release_host", execution_timeout=_seconds(120), **on_host)
         preflight >> acquire >> stop >> free >> deploy
         last >> [restore, fetch]
@@ -171,17 +202,28 @@ def _config_stage(spec: CampaignSpec, config: ServingConfig, on_host: dict[str, 
     timeouts = spec.timeouts
     bench = spec.benchmark
     repeats = bench.repeats or spec.result_kind.default_repeats
-    args = {**bench.args, "label": config.name, "base_url": f"http://127.0.0.1:{config.endpoint.port}",
-            "repeats": repeats, "warmup": bench.warmup}  # the sweep driver's contract  # fmt: skip
-    servers_up = LaunchServersOperator(task_id="launch_servers", config=config,
-                                       execution_timeout=_seconds(timeouts.server_launch), **on_host)  # fmt: skip
+    args = {
+        **bench.args,
+        "label": config.name,
+        "base_url": f"http://127.0.0.1:{config.endpoint.port}",
+        "repeats": repeats,
+        "warmup": bench.warmup,
+    }  # the sweep driver's contract
+    servers_up = LaunchServersOperator(
+        task_id="launch_servers", config=config, execution_timeout=_seconds(timeouts.server_launch), **on_host
+    )
     ready = ServersReadySensor(
-        task_id="servers_ready", config=config, timeout=timeouts.server_ready,
-        poke_interval=min(timeouts.poke_interval, 5), retries=0, **on_host,
-    )  # fmt: skip
+        task_id="servers_ready",
+        config=config,
+        timeout=timeouts.server_ready,
+        poke_interval=min(timeouts.poke_interval, 5),
+        retries=0,
+        **on_host,
+    )
     first, stop_bench = _benchmark_chain(spec, f"bench_{config.name}", args, on_host)
-    servers_down = StopServersOperator(task_id="stop_servers", config=config,
-                                       execution_timeout=_seconds(timeouts.server_launch), **on_host)  # fmt: skip
+    servers_down = StopServersOperator(
+        task_id="stop_servers", config=config, execution_timeout=_seconds(timeouts.server_launch), **on_host
+    )
     servers_up >> ready >> first
     stop_bench >> servers_down
     servers_down.as_teardown(setups=servers_up)
@@ -191,15 +233,28 @@ def _config_stage(spec: CampaignSpec, config: ServingConfig, on_host: dict[str, 
 def _benchmark_chain(spec: CampaignSpec, job: str, args: dict[str, Any], on_host: dict[str, Any]) -> tuple[Any, Any]:
     bench, timeouts = spec.benchmark, spec.timeouts
     launch = LaunchBenchmarkOperator(
-        task_id="launch_benchmark", script=bench.script, args=args, output=bench.output, marker=bench.marker,
-        job=job, execution_timeout=_seconds(timeouts.launch), **on_host,
-    )  # fmt: skip
+        task_id="launch_benchmark",
+        script=bench.script,
+        args=args,
+        output=bench.output,
+        marker=bench.marker,
+        job=job,
+        execution_timeout=_seconds(timeouts.launch),
+        **on_host,
+    )
     wait = DoneMarkerSensor(
-        task_id="wait_done", marker=bench.marker, benchmark_timeout=timeouts.benchmark, job=job,
-        poke_interval=timeouts.poke_interval, deferrable=bench.deferrable, retries=0, **on_host,
-    )  # fmt: skip
-    stop_bench = StopBenchmarkOperator(task_id="stop_benchmark", job=job, marker=bench.marker,
-                                       execution_timeout=_seconds(timeouts.launch), **on_host)  # fmt: skip
+        task_id="wait_done",
+        marker=bench.marker,
+        benchmark_timeout=timeouts.benchmark,
+        job=job,
+        poke_interval=timeouts.poke_interval,
+        deferrable=bench.deferrable,
+        retries=0,
+        **on_host,
+    )
+    stop_bench = StopBenchmarkOperator(
+        task_id="stop_benchmark", job=job, marker=bench.marker, execution_timeout=_seconds(timeouts.launch), **on_host
+    )
     launch >> wait >> stop_bench
     stop_bench.as_teardown(setups=launch)
     return launch, stop_bench
@@ -216,10 +271,22 @@ def _results(spec: CampaignSpec, fetch: BaseOperator, preflight: BaseOperator, d
 
     parse = run("parse", step.parse_task, op_kwargs={"fetched": fetch.output})
     validate = run("validate", step.validate_task, op_kwargs={"parsed": parse.output})
-    load = run("load", step.load_task, outlets=[RESULTS_ASSET], op_kwargs={
-        "parsed": parse.output, "validated": validate.output, "facts": preflight.output, "deployed": deploy.output,
-    })  # fmt: skip
+    load = run(
+        "load",
+        step.load_task,
+        outlets=[RESULTS_ASSET],
+        op_kwargs={
+            "parsed": parse.output,
+            "validated": validate.output,
+            "facts": preflight.output,
+            "deployed": deploy.output,
+        },
+    )
     detect = run("detect_regressions", step.detect_task, op_kwargs={"loaded": load.output})
-    verdict = PythonOperator(task_id="verdict", python_callable=step.verdict_task, trigger_rule=TriggerRule.ALL_DONE,
-                             op_kwargs={"load_task_id": load.task_id})  # fmt: skip
+    verdict = PythonOperator(
+        task_id="verdict",
+        python_callable=step.verdict_task,
+        trigger_rule=TriggerRule.ALL_DONE,
+        op_kwargs={"load_task_id": load.task_id},
+    )
     detect >> verdict

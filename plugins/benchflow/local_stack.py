@@ -109,12 +109,16 @@ def choose_database(choice: str | None, paths: Paths) -> tuple[str, str]:
         return sqlite, "SQLite as asked: one campaign at a time (parallelism 1)"
     uri = _postgres_uri(database)
     if uri:
-        return uri, (f"the local PostgreSQL at {PG_SERVER[0]}:{PG_SERVER[1]}, database {database}: the components "
-                     "and parallel tasks write it at once, which SQLite cannot take")  # fmt: skip
+        return uri, (
+            f"the local PostgreSQL at {PG_SERVER[0]}:{PG_SERVER[1]}, database {database}: the components "
+            "and parallel tasks write it at once, which SQLite cannot take"
+        )
     if choice == "postgres":
         raise RuntimeError(f"no PostgreSQL server answers at {PG_SERVER[0]}:{PG_SERVER[1]} (user postgres, trust)")
-    return sqlite, (f"SQLite ({paths.home / 'airflow.db'}): no PostgreSQL answers at {PG_SERVER[0]}:"
-                    f"{PG_SERVER[1]}; one campaign at a time (parallelism 1, SQLite takes one writer)")  # fmt: skip
+    return sqlite, (
+        f"SQLite ({paths.home / 'airflow.db'}): no PostgreSQL answers at {PG_SERVER[0]}:"
+        f"{PG_SERVER[1]}; one campaign at a time (parallelism 1, SQLite takes one writer)"
+    )
 
 
 def _secret(path: Path, make: Any) -> str:
@@ -129,25 +133,27 @@ def environment(paths: Paths, db_uri: str, port: int) -> dict[str, str]:
     url = f"http://127.0.0.1:{port}"
     sqlite = db_uri.startswith("sqlite")
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
-    env.update({
-        "AIRFLOW_HOME": str(paths.home),
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_uri,
-        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__PARALLELISM": "1" if sqlite else "16",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
-        "AIRFLOW__API__BASE_URL": url,
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__WORKERS": "1",
-        "AIRFLOW__API_AUTH__JWT_SECRET": _secret(paths.secret, lambda: secrets.token_urlsafe(32)),
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(paths.passwords),
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
-        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
-        "GX_ANALYTICS_ENABLED": "false",
-    })  # fmt: skip
+    env.update(
+        {
+            "AIRFLOW_HOME": str(paths.home),
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_uri,
+            "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__PARALLELISM": "1" if sqlite else "16",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
+            "AIRFLOW__API__BASE_URL": url,
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API_AUTH__JWT_SECRET": _secret(paths.secret, lambda: secrets.token_urlsafe(32)),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(paths.passwords),
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            "GX_ANALYTICS_ENABLED": "false",
+        }
+    )
     if "BENCH_VAR_DIR" not in env:
         env["BENCH_VAR_DIR"] = str(var_dir())
     return env
@@ -189,8 +195,7 @@ def _announce(state: dict[str, Any], paths: Paths, out: Any) -> None:
 
 def _run_step(command: list[str], env: dict[str, str], log: Path, what: str) -> None:
     with log.open("ab") as handle:
-        done = subprocess.run(command, env=env, stdout=handle, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT,
-                              timeout=900)  # fmt: skip
+        done = subprocess.run(command, env=env, stdout=handle, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT, timeout=900)
     if done.returncode != 0:
         tail = log.read_text(errors="replace")[-3000:]
         raise RuntimeError(f"{what} failed (exit {done.returncode}); {log}:\n{tail}")
@@ -229,8 +234,14 @@ def up(port: int | None = None, db: str | None = None, timeout: float = 240, out
     for component in COMPONENTS:
         args = [component] + (["--port", str(port), "--host", "127.0.0.1"] if component == "api-server" else [])
         with (paths.logs / f"{component}.log").open("ab") as log:
-            proc = subprocess.Popen([_bin("airflow"), *args], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    cwd=PROJECT_ROOT, start_new_session=True)  # fmt: skip
+            proc = subprocess.Popen(
+                [_bin("airflow"), *args],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=PROJECT_ROOT,
+                start_new_session=True,
+            )
         pids[component] = proc.pid
         (paths.home / f"{component}.pid").write_text(f"{proc.pid}\n")
     state = {"url": url, "port": port, "db": db_uri, "db_why": why, "pids": pids, "started": time.time()}

@@ -151,8 +151,10 @@ class GpusFreeSensor(HostOperator, BaseSensorOperator):
             return True
         self._first = self._first or time.monotonic()
         if time.monotonic() - self._first > self.wait_s:
-            raise AirflowFailException(f"GPUs of host {self.host_id!r} still busy {self.wait_s:.0f} s after the "
-                                       "services stopped:\n  " + "\n  ".join(busy))  # fmt: skip
+            raise AirflowFailException(
+                f"GPUs of host {self.host_id!r} still busy {self.wait_s:.0f} s after the "
+                "services stopped:\n  " + "\n  ".join(busy)
+            )
         self.log.info("GPUs not free yet: %s", "; ".join(busy))
         return False
 
@@ -175,8 +177,13 @@ class DeployPayloadOperator(HostOperator):
         report = self.host.put_tree(kernels_dir() / self.payload, target)
         self.log.info(
             "payload %s: %d files, %d copied, sha256 %s (manifest: %s/%s)",
-            self.payload, report.files, len(report.copied), report.payload_sha256, target, MANIFEST_NAME,
-        )  # fmt: skip
+            self.payload,
+            report.files,
+            len(report.copied),
+            report.payload_sha256,
+            target,
+            MANIFEST_NAME,
+        )
         return {"payload_sha256": report.payload_sha256, "files": report.files, "copied": report.copied}
 
 
@@ -269,8 +276,10 @@ class ServersReadySensor(ServersOperator, BaseSensorOperator):
             paths = self.job(context, name)
             status = self.status(paths)
             if not status.alive:
-                raise AirflowFailException(f"server {name} is not running (exit {status.exit_code}); "
-                                           f"last {LOG_TAIL_LINES} log lines:\n{self.log_tail(paths)}")  # fmt: skip
+                raise AirflowFailException(
+                    f"server {name} is not running (exit {status.exit_code}); "
+                    f"last {LOG_TAIL_LINES} log lines:\n{self.log_tail(paths)}"
+                )
             url = f"http://127.0.0.1:{server.port}{server.health_path}"
             healthy = self.host.run(jobs.http_ok_command(self.host.python, url), 30).rc == 0
             self.log.info("%s %s: %s", name, url, "healthy" if healthy else f"not yet ({status.last_line})")
@@ -373,9 +382,13 @@ class DoneMarkerSensor(HostOperator, BaseSensorOperator):
         from benchflow.triggers import DoneMarkerTrigger
 
         trigger = DoneMarkerTrigger(
-            host_id=self.host_id, rundir=self.rundir(context), marker=self.marker,
-            timeout_s=self.benchmark_timeout, check_interval=self.poke_interval, job=self.job_name,
-        )  # fmt: skip
+            host_id=self.host_id,
+            rundir=self.rundir(context),
+            marker=self.marker,
+            timeout_s=self.benchmark_timeout,
+            check_interval=self.poke_interval,
+            job=self.job_name,
+        )
         self.defer(
             trigger=trigger,
             method_name="execute_complete",
@@ -385,8 +398,9 @@ class DoneMarkerSensor(HostOperator, BaseSensorOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(event, dict) or not self.EVENT_KEYS <= set(event):
             raise AirflowFailException(f"malformed event from the trigger: {event!r}")
-        self.log.info("wait ended: %s after %s checks and %s log lines", event["status"], event["checks"],
-                      event["lines"])  # fmt: skip
+        self.log.info(
+            "wait ended: %s after %s checks and %s log lines", event["status"], event["checks"], event["lines"]
+        )
         if event["status"] != "done":
             raise AirflowFailException(event["message"])
         return event

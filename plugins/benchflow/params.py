@@ -15,31 +15,65 @@ _INT_LIST = {"type": "array", "items": {"type": "integer", "minimum": 1}, "minIt
 SWEEP, SERVER, RUN = "Sweep", "Server", "Run options"
 SECTIONS = (SWEEP, SERVER, RUN)
 KNOWN: dict[str, dict[str, Any]] = {
-    "m_list": {**_INT_LIST, "items": {"type": "integer", "minimum": 1, "maximum": 65536},
-               "title": "Token counts M (tokens per call)",
-               "description": "The token counts M to sweep, one measured case each. Unit: tokens per kernel call.",
-               "section": SWEEP},
-    "concurrency": {**_INT_LIST, "items": {"type": "integer", "minimum": 1, "maximum": 4096},
-                    "title": "Concurrency levels (requests in flight)",
-                    "description": "Client concurrency of each phase. Unit: requests in flight at once.",
-                    "section": SWEEP},
-    "prompts": {**_INT_LIST, "items": {"type": "integer", "minimum": 1, "maximum": 100000},
-                "title": "Prompts per phase (prompts)",
-                "description": "Prompts sent in each phase, one number per concurrency level. Unit: prompts.",
-                "section": SWEEP},
-    "input_len": {"type": "integer", "minimum": 1, "maximum": 1048576, "title": "Input length (tokens)",
-                  "description": "Input tokens of every prompt. Unit: tokens.", "section": SWEEP},
-    "output_len": {"type": "integer", "minimum": 1, "maximum": 1048576, "title": "Output length (tokens)",
-                   "description": "Output tokens generated per prompt. Unit: tokens.", "section": SWEEP},
-    "dtype": {"type": "string", "enum": ["bf16", "fp16", "fp32", "fp8"], "title": "Weights dtype",
-              "description": "Data type of the weights and activations. Unit: none (a dtype name).", "section": RUN},
-    "impl": {"type": "string", "enum": ["auto", "triton", "torch"], "title": "Kernel implementation",
-             "description": "Which implementation runs: auto picks Triton on a GPU, torch elsewhere. Unit: none.",
-             "section": RUN},
-    "client": {"type": "string", "enum": ["local", "sglang", "vllm"], "title": "Benchmark client",
-               "description": "The load generator that drives the servers. Unit: none (a client name).",
-               "section": SERVER},
-}  # fmt: skip
+    "m_list": {
+        **_INT_LIST,
+        "items": {"type": "integer", "minimum": 1, "maximum": 65536},
+        "title": "Token counts M (tokens per call)",
+        "description": "The token counts M to sweep, one measured case each. Unit: tokens per kernel call.",
+        "section": SWEEP,
+    },
+    "concurrency": {
+        **_INT_LIST,
+        "items": {"type": "integer", "minimum": 1, "maximum": 4096},
+        "title": "Concurrency levels (requests in flight)",
+        "description": "Client concurrency of each phase. Unit: requests in flight at once.",
+        "section": SWEEP,
+    },
+    "prompts": {
+        **_INT_LIST,
+        "items": {"type": "integer", "minimum": 1, "maximum": 100000},
+        "title": "Prompts per phase (prompts)",
+        "description": "Prompts sent in each phase, one number per concurrency level. Unit: prompts.",
+        "section": SWEEP,
+    },
+    "input_len": {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 1048576,
+        "title": "Input length (tokens)",
+        "description": "Input tokens of every prompt. Unit: tokens.",
+        "section": SWEEP,
+    },
+    "output_len": {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 1048576,
+        "title": "Output length (tokens)",
+        "description": "Output tokens generated per prompt. Unit: tokens.",
+        "section": SWEEP,
+    },
+    "dtype": {
+        "type": "string",
+        "enum": ["bf16", "fp16", "fp32", "fp8"],
+        "title": "Weights dtype",
+        "description": "Data type of the weights and activations. Unit: none (a dtype name).",
+        "section": RUN,
+    },
+    "impl": {
+        "type": "string",
+        "enum": ["auto", "triton", "torch"],
+        "title": "Kernel implementation",
+        "description": "Which implementation runs: auto picks Triton on a GPU, torch elsewhere. Unit: none.",
+        "section": RUN,
+    },
+    "client": {
+        "type": "string",
+        "enum": ["local", "sglang", "vllm"],
+        "title": "Benchmark client",
+        "description": "The load generator that drives the servers. Unit: none (a client name).",
+        "section": SERVER,
+    },
+}
 # Units of the arguments a payload commonly takes, for the generated fields: name → (title, unit, section).
 GUESSED: dict[str, tuple[str, str, str]] = {
     "experts": ("Experts (count)", "experts", RUN),
@@ -52,8 +86,16 @@ GUESSED: dict[str, tuple[str, str, str]] = {
     "delay": ("Delay (seconds)", "seconds", RUN),
     "seed": ("Random seed", "none", RUN),
 }
-SUFFIX_UNITS = (("_ms", "milliseconds"), ("_us", "microseconds"), ("_s", "seconds"), ("_len", "tokens"),
-                ("_tokens", "tokens"), ("_gb", "GB"), ("_mb", "MB"), ("_list", "as the payload reads it"))  # fmt: skip
+SUFFIX_UNITS = (
+    ("_ms", "milliseconds"),
+    ("_us", "microseconds"),
+    ("_s", "seconds"),
+    ("_len", "tokens"),
+    ("_tokens", "tokens"),
+    ("_gb", "GB"),
+    ("_mb", "MB"),
+    ("_list", "as the payload reads it"),
+)
 
 
 def _describe(name: str, default: Any) -> dict[str, Any]:
@@ -66,8 +108,11 @@ def _describe(name: str, default: Any) -> dict[str, Any]:
         title, section = name.replace("_", " ").capitalize(), RUN
         if unit != "as the payload reads it":
             title += f" ({unit})"
-    return {"title": title, "description": f"Benchmark argument {flag} (the spec's default: {default!r}). "
-            f"Unit: {unit}.", "section": section}  # fmt: skip
+    return {
+        "title": title,
+        "description": f"Benchmark argument {flag} (the spec's default: {default!r}). Unit: {unit}.",
+        "section": section,
+    }
 
 
 SAFE_TEXT = r"^[A-Za-z0-9 _=.,:/+@-]*$"
@@ -86,8 +131,11 @@ def schema_for(name: str, default: Any) -> dict[str, Any]:
     elif isinstance(default, float):
         schema = {"type": "number", "minimum": 0}
     elif isinstance(default, list):
-        schema = {"type": "array", "items": {"type": ["integer", "number", "string"], "maxLength": 200,
-                                             "pattern": SAFE_TEXT}, "maxItems": 256}  # fmt: skip
+        schema = {
+            "type": "array",
+            "items": {"type": ["integer", "number", "string"], "maxLength": 200, "pattern": SAFE_TEXT},
+            "maxItems": 256,
+        }
     else:
         schema = {"type": "string", "pattern": SAFE_TEXT, "maxLength": 200}
     return {**schema, **_describe(name, default)}
@@ -98,11 +146,18 @@ def param_schemas(args: dict[str, Any], serving: bool) -> dict[str, tuple[Any, d
     options), each in the spec's order."""
     schemas = {name: (value, schema_for(name, value)) for name, value in args.items()}
     if serving:
-        schemas[SERVER_ARGS] = ("", {"type": "string", "pattern": SAFE_TEXT, "maxLength": 400,
-                                     "title": "Extra server arguments",
-                                     "description": "Appended to every server command of every config, e.g. "
-                                     "--mem-fraction-static 0.8. Unit: command-line words.",
-                                     "section": SERVER})  # fmt: skip
+        schemas[SERVER_ARGS] = (
+            "",
+            {
+                "type": "string",
+                "pattern": SAFE_TEXT,
+                "maxLength": 400,
+                "title": "Extra server arguments",
+                "description": "Appended to every server command of every config, e.g. "
+                "--mem-fraction-static 0.8. Unit: command-line words.",
+                "section": SERVER,
+            },
+        )
     rank = {section: i for i, section in enumerate(SECTIONS)}
     return dict(sorted(schemas.items(), key=lambda item: rank.get(item[1][1].get("section", RUN), len(rank))))
 
@@ -169,8 +224,10 @@ def check_conf(args: dict[str, Any], serving: bool, params: dict[str, Any] | Any
     known = set(args) | ({SERVER_ARGS} if serving else set())
     unknown = sorted(set(dict(params or {})) - known)
     if unknown:
-        raise ValueError(f"unknown param(s) {', '.join(map(repr, unknown))}; this campaign takes "
-                         f"{', '.join(sorted(known)) or 'none'}")  # fmt: skip
+        raise ValueError(
+            f"unknown param(s) {', '.join(map(repr, unknown))}; this campaign takes "
+            f"{', '.join(sorted(known)) or 'none'}"
+        )
     rendered = render_args(overlay(args, params))
     if serving:
         rendered += " " + server_args(params)

@@ -105,8 +105,9 @@ class Notes:
         warnings = list(self.warnings)
         if self.more:
             warnings.append(f"… and {self.more} more warnings")
-        return ParsedRun(fmt, rows, complete, meta or {}, warnings, list(self.problems), self.problems_more,
-                         self.any_dropped)  # fmt: skip
+        return ParsedRun(
+            fmt, rows, complete, meta or {}, warnings, list(self.problems), self.problems_more, self.any_dropped
+        )
 
 
 def lines(text: str) -> Iterator[tuple[int, str]]:
@@ -124,10 +125,16 @@ def lines(text: str) -> Iterator[tuple[int, str]]:
 
 
 _NON_FINITE = {
-    "nan": math.nan, "+nan": math.nan, "-nan": math.nan,
-    "inf": math.inf, "+inf": math.inf, "infinity": math.inf, "+infinity": math.inf,
-    "-inf": -math.inf, "-infinity": -math.inf,
-}  # fmt: skip
+    "nan": math.nan,
+    "+nan": math.nan,
+    "-nan": math.nan,
+    "inf": math.inf,
+    "+inf": math.inf,
+    "infinity": math.inf,
+    "+infinity": math.inf,
+    "-inf": -math.inf,
+    "-infinity": -math.inf,
+}
 
 
 def to_float(text: str) -> float:

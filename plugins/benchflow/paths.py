@@ -33,8 +33,13 @@ def project_git_sha() -> str | None:
     import subprocess
 
     try:
-        result = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=10, check=False)  # fmt: skip
+        result = subprocess.run(
+            ["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except OSError:
         return None
     return result.stdout.strip() if result.returncode == 0 else None

@@ -184,8 +184,14 @@ def validate(parsed: Parsed, kind: ResultKind, suite_params: dict[str, Any]) -> 
     return Validation(kind.name, outcome.success, outcome.evaluated, outcome.failed, len(rows), outcome.row_reasons)
 
 
-def run_record(spec: CampaignSpec, context: Any, status: str, detail: str, facts: dict[str, Any] | None,
-               deployed: dict[str, Any] | None) -> RunRecord:  # fmt: skip
+def run_record(
+    spec: CampaignSpec,
+    context: Any,
+    status: str,
+    detail: str,
+    facts: dict[str, Any] | None,
+    deployed: dict[str, Any] | None,
+) -> RunRecord:
     """The ``runs`` row of the current DAG run."""
     from benchflow.warehouse import RunRecord
 
@@ -256,8 +262,14 @@ def validate_task(spec: CampaignSpec, parsed: dict[str, Any], params: Any, **con
     return asdict(outcome)
 
 
-def load_task(spec: CampaignSpec, parsed: dict[str, Any], validated: dict[str, Any], facts: dict[str, Any] | None,
-              deployed: dict[str, Any] | None, **context: Any) -> dict[str, Any]:  # fmt: skip
+def load_task(
+    spec: CampaignSpec,
+    parsed: dict[str, Any],
+    validated: dict[str, Any],
+    facts: dict[str, Any] | None,
+    deployed: dict[str, Any] | None,
+    **context: Any,
+) -> dict[str, Any]:
     from benchflow.warehouse import Validation, Warehouse
 
     step = Parsed.from_xcom(parsed)
@@ -268,8 +280,11 @@ def load_task(spec: CampaignSpec, parsed: dict[str, Any], validated: dict[str, A
     loaded = load(Warehouse.from_airflow(), record, spec.result_kind, step, validation)
     print(f"loaded {loaded.rows} rows of run {record.run_id} ({record.status}) into {loaded.warehouse}")
     # the report DAG, scheduled on the results asset, learns which run to draw from the event
-    context["outlet_events"][RESULTS_ASSET].extra = {"dag_id": spec.dag_id, "run_id": record.run_id,
-                                                      "campaign": spec.name}  # fmt: skip
+    context["outlet_events"][RESULTS_ASSET].extra = {
+        "dag_id": spec.dag_id,
+        "run_id": record.run_id,
+        "campaign": spec.name,
+    }
     if not validation.success:
         from airflow.sdk.exceptions import AirflowFailException
 
@@ -284,8 +299,10 @@ def detect_task(spec: CampaignSpec, loaded: dict[str, Any], run_id: str, **conte
 
     findings = detect(Warehouse.from_airflow(), spec, run_id)
     for f in findings:
-        print(f"REGRESSION {f.case_key} {f.metric}: {f.value:.4g} vs baseline {f.baseline_mean:.4g} "
-              f"({f.relative_change:+.1%}, {f.test}, {f.baseline_runs} runs)")  # fmt: skip
+        print(
+            f"REGRESSION {f.case_key} {f.metric}: {f.value:.4g} vs baseline {f.baseline_mean:.4g} "
+            f"({f.relative_change:+.1%}, {f.test}, {f.baseline_runs} runs)"
+        )
     print(f"{len(findings)} regressions against the baseline")
     notify(spec.regressions.notify, spec.dag_id, run_id, findings)
     return {"regressions": len(findings)}
@@ -299,5 +316,6 @@ def verdict_task(load_task_id: str, ti: Any, **context: Any) -> None:
     if loaded is None:
         raise AirflowFailException("results were not loaded: see the failed task before 'verdict'")
     if loaded["status"] != "ok":
-        raise AirflowFailException(f"run is {loaded['status']}: {loaded['detail']} ({loaded['rows']} rows kept in "
-                                   "the warehouse)")  # fmt: skip
+        raise AirflowFailException(
+            f"run is {loaded['status']}: {loaded['detail']} ({loaded['rows']} rows kept in the warehouse)"
+        )

@@ -181,13 +181,18 @@ def task_rows(engine: Any, dag_id: str, run_id: str) -> tuple[str | None, list[t
 
     try:
         with engine.connect() as con:
-            run = con.execute(text("SELECT state FROM dag_run WHERE dag_id = :d AND run_id = :r"),
-                              {"d": dag_id, "r": run_id}).fetchone()  # fmt: skip
+            run = con.execute(
+                text("SELECT state FROM dag_run WHERE dag_id = :d AND run_id = :r"), {"d": dag_id, "r": run_id}
+            ).fetchone()
             if run is None:
                 return None, []
-            tis = con.execute(text("SELECT task_id, state, start_date, end_date FROM task_instance "
-                                   "WHERE dag_id = :d AND run_id = :r ORDER BY start_date"),
-                              {"d": dag_id, "r": run_id}).fetchall()  # fmt: skip
+            tis = con.execute(
+                text(
+                    "SELECT task_id, state, start_date, end_date FROM task_instance "
+                    "WHERE dag_id = :d AND run_id = :r ORDER BY start_date"
+                ),
+                {"d": dag_id, "r": run_id},
+            ).fetchall()
     except SQLAlchemyError:  # tables not there yet (the child is migrating), or a locked SQLite file
         return None, []
     return run[0], [(r[0], r[1], r[2], r[3]) for r in tis]
@@ -265,8 +270,9 @@ class Stop(Exception):
         self.signum = signum
 
 
-def run(spec: CampaignSpec, spec_path: Path, conf: str | None, verbose: bool = False,
-        out: IO[str] | None = None) -> int:  # fmt: skip
+def run(
+    spec: CampaignSpec, spec_path: Path, conf: str | None, verbose: bool = False, out: IO[str] | None = None
+) -> int:
     """Run ``spec`` once through Airflow, quietly; returns the exit code of ``bench run``."""
     out = out or sys.stdout
     tty = out.isatty()
@@ -279,8 +285,15 @@ def run(spec: CampaignSpec, spec_path: Path, conf: str | None, verbose: bool = F
     print(f"{_clock()}  setting up: Airflow's metadata DB, the host pools, the warehouse", file=out, flush=True)
     started = time.monotonic()
     log_handle = logs.open("ab")
-    command = [sys.executable, "-m", "benchflow.progress", str(spec_path), when.isoformat(), conf or "",
-               str(result_file)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "benchflow.progress",
+        str(spec_path),
+        when.isoformat(),
+        conf or "",
+        str(result_file),
+    ]
     child = subprocess.Popen(command, stdout=log_handle, stderr=subprocess.STDOUT, start_new_session=True)
     log_handle.close()
     watch = Watch(spec.dag_id, run_id, logs, out, tty)
@@ -353,10 +366,13 @@ def _report(spec: CampaignSpec, run_id: str, result_file: Path, logs: Path, watc
     warehouse = Warehouse.from_airflow()
     kind, p = spec.result_kind, warehouse.p
     order = kind.order_by or ", ".join(kind.key)
-    rows = warehouse.query(f"SELECT {kind.display} FROM {kind.table} WHERE dag_id = {p} AND run_id = {p} "
-                           f"ORDER BY {order}", [spec.dag_id, run_id])  # fmt: skip
-    loaded = warehouse.query(f"SELECT status, rows_loaded, detail FROM runs WHERE dag_id = {p} AND run_id = {p}",
-                             [spec.dag_id, run_id])  # fmt: skip
+    rows = warehouse.query(
+        f"SELECT {kind.display} FROM {kind.table} WHERE dag_id = {p} AND run_id = {p} ORDER BY {order}",
+        [spec.dag_id, run_id],
+    )
+    loaded = warehouse.query(
+        f"SELECT status, rows_loaded, detail FROM runs WHERE dag_id = {p} AND run_id = {p}", [spec.dag_id, run_id]
+    )
     watch.say(f"\n{spec.dag_id} run {run_id}: {state} in {took:.1f} s")
     failed = [t for t, v in watch.tasks.items() if v.state == "failed"]
     for task_id in failed:
@@ -386,8 +402,9 @@ def _last_error(logs: Path) -> str:
     return ""
 
 
-def _interrupted(spec: CampaignSpec, run_id: str, child: subprocess.Popen[bytes], signum: int, watch: Watch,
-                 engine: Any) -> int:  # fmt: skip
+def _interrupted(
+    spec: CampaignSpec, run_id: str, child: subprocess.Popen[bytes], signum: int, watch: Watch, engine: Any
+) -> int:
     """Stop the child (its whole session), then run the teardowns whose setups had started, in order."""
     name = signal.Signals(signum).name
     watch.say(f"\n{_clock()}  {name}: stopping the run, its benchmark, and restoring the services")
@@ -480,8 +497,10 @@ def _mark_failed(engine: Any, dag_id: str, run_id: str) -> None:
     try:
         with engine.begin() as con:
             params = {"d": dag_id, "r": run_id}
-            con.execute(text(f"UPDATE task_instance SET state = 'failed' WHERE dag_id = :d AND run_id = :r "
-                             f"AND {unfinished}"), params)  # fmt: skip
+            con.execute(
+                text(f"UPDATE task_instance SET state = 'failed' WHERE dag_id = :d AND run_id = :r AND {unfinished}"),
+                params,
+            )
             con.execute(text("UPDATE dag_run SET state = 'failed' WHERE dag_id = :d AND run_id = :r"), params)
     except SQLAlchemyError:
         pass

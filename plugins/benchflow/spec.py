@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 Ident = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
 # "local", or an Airflow connection id.
 HostId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,99}$")]
+
+
 # A path inside the payload: no absolute paths, no "..", no shell metacharacters.
 def _no_parent(value: str) -> str:
     if ".." in value.split("/"):
@@ -445,8 +447,11 @@ def _key_problems(node: Any, where: str = "") -> Iterable[FieldError]:
             name = str(key.value)
             field = f"{where}.{name}" if where else name
             if key.tag != _STR_TAG:
-                yield FieldError(field, f"key {name!r} is read by YAML as a {key.tag.rsplit(':', 1)[-1]}; "
-                                 f"quote it: '{name}'", key.start_mark.line + 1)  # fmt: skip
+                yield FieldError(
+                    field,
+                    f"key {name!r} is read by YAML as a {key.tag.rsplit(':', 1)[-1]}; quote it: '{name}'",
+                    key.start_mark.line + 1,
+                )
             elif name in seen:
                 yield FieldError(field, "duplicate key (YAML would keep only the last)", key.start_mark.line + 1)
             seen.add(name)
@@ -461,8 +466,9 @@ class RejectedSpecs(ValueError):
 
     def __init__(self, errors: list[SpecError]):
         self.errors = errors
-        super().__init__(f"{len(errors)} campaign spec(s) rejected, no DAG built for them:\n"
-                         + "\n".join(str(e) for e in errors))  # fmt: skip
+        super().__init__(
+            f"{len(errors)} campaign spec(s) rejected, no DAG built for them:\n" + "\n".join(str(e) for e in errors)
+        )
 
 
 def load_all(directory: Path | None = None) -> tuple[list[CampaignSpec], list[SpecError]]:

@@ -71,10 +71,12 @@ class Comparison:
         return not (self.ratio_low <= 1.0 <= self.ratio_high)
 
     def verdict(self, what: str = "b") -> str:
-        """"b is faster by 12 % (95 % CI 8–16 %)" or "no detectable difference"."""
+        """ "b is faster by 12 % (95 % CI 8–16 %)" or "no detectable difference"."""
         if not self.significant:
-            return f"no detectable difference (ratio {self.ratio:.3f}, 95 % CI {self.ratio_low:.3f}–" \
-                   f"{self.ratio_high:.3f}, p={self.p_value:.2g})"  # fmt: skip
+            return (
+                f"no detectable difference (ratio {self.ratio:.3f}, 95 % CI {self.ratio_low:.3f}–"
+                f"{self.ratio_high:.3f}, p={self.p_value:.2g})"
+            )
         improved = (self.ratio > 1) == (self.better == "higher")
         change = abs(self.ratio - 1) * 100
         low, high = sorted((abs(self.ratio_low - 1) * 100, abs(self.ratio_high - 1) * 100))
@@ -82,8 +84,9 @@ class Comparison:
         return f"{what} is {word} by {change:.1f} % (95 % CI {low:.1f}–{high:.1f} %, p={self.p_value:.2g})"
 
 
-def compare(a: Sequence[float], b: Sequence[float], better: Literal["higher", "lower"],
-            confidence: float = CONFIDENCE) -> Comparison:  # fmt: skip
+def compare(
+    a: Sequence[float], b: Sequence[float], better: Literal["higher", "lower"], confidence: float = CONFIDENCE
+) -> Comparison:
     """Compare repeated values of one metric; needs two values on each side for an interval."""
     from scipy import stats
 
@@ -100,5 +103,6 @@ def compare(a: Sequence[float], b: Sequence[float], better: Literal["higher", "l
         df = (var_a + var_b) ** 2 / (var_a**2 / (len(logs_a) - 1) + var_b**2 / (len(logs_b) - 1))
         half = t_quantile(df, confidence) * se
         p = float(stats.ttest_ind(logs_b, logs_a, equal_var=False).pvalue)
-    return Comparison(summarize(a), summarize(b), math.exp(diff), math.exp(diff - half), math.exp(diff + half), p,
-                      better)  # fmt: skip
+    return Comparison(
+        summarize(a), summarize(b), math.exp(diff), math.exp(diff - half), math.exp(diff + half), p, better
+    )

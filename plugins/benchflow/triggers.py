@@ -63,11 +63,15 @@ class DoneMarkerTrigger(BaseTrigger):
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
-                "host_id": self.host_id, "rundir": self.rundir, "marker": self.marker,
-                "timeout_s": self.timeout_s, "check_interval": self.check_interval,
-                "unreachable_grace_s": self.unreachable_grace_s, "job": self.job,
+                "host_id": self.host_id,
+                "rundir": self.rundir,
+                "marker": self.marker,
+                "timeout_s": self.timeout_s,
+                "check_interval": self.check_interval,
+                "unreachable_grace_s": self.unreachable_grace_s,
+                "job": self.job,
             },
-        )  # fmt: skip
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         paths = layout.job_paths(self.rundir, self.job)
@@ -99,9 +103,12 @@ class DoneMarkerTrigger(BaseTrigger):
                 else:
                     delay = min(MAX_BACKOFF_S, 0.5 * 2**attempt) * random.uniform(0.5, 1.0)  # noqa: S311 - jitter
                     self.log.warning(
-                        "connection to %s lost (%r); reconnecting in %.1f s (attempt %d)", self.host_id, exc, delay,
+                        "connection to %s lost (%r); reconnecting in %.1f s (attempt %d)",
+                        self.host_id,
+                        exc,
+                        delay,
                         attempt,
-                    )  # fmt: skip
+                    )
                     await asyncio.sleep(delay)
                     continue
             finally:
@@ -143,8 +150,9 @@ class DoneMarkerTrigger(BaseTrigger):
                         if self.lines_seen <= LOGGED_LINES_CAP:
                             self.log.info("log: %s", line[:1000])
                         elif self.lines_seen % 10000 == 0:
-                            self.log.info("log: %d lines so far (only the first %d are shown)", self.lines_seen,
-                                          LOGGED_LINES_CAP)  # fmt: skip
+                            self.log.info(
+                                "log: %d lines so far (only the first %d are shown)", self.lines_seen, LOGGED_LINES_CAP
+                            )
                         if line.strip() == self.marker:
                             return {"status": "done", "message": f"{self.marker} seen in the log"}
                         continue

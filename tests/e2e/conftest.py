@@ -11,8 +11,11 @@ from typing import Any
 
 from tests.conftest import FIXTURES, PROJECT_ROOT
 
-PAYLOADS = {"moe": PROJECT_ROOT / "kernels" / "moe", "serving": PROJECT_ROOT / "kernels" / "serving",
-            "fault": FIXTURES / "payloads" / "fault"}  # fmt: skip
+PAYLOADS = {
+    "moe": PROJECT_ROOT / "kernels" / "moe",
+    "serving": PROJECT_ROOT / "kernels" / "serving",
+    "fault": FIXTURES / "payloads" / "fault",
+}
 
 
 @contextmanager

@@ -32,8 +32,9 @@ services:
 
 def spec(payload: str, script: str, args: dict, benchmark_timeout: int = 120) -> str:
     rendered = json.dumps(args)
-    return textwrap.dedent(
-        f"""\
+    return (
+        textwrap.dedent(
+            f"""\
         description: e2e
         host: local
         payload: {payload}
@@ -44,7 +45,9 @@ def spec(payload: str, script: str, args: dict, benchmark_timeout: int = 120) ->
           benchmark: {benchmark_timeout}
           poke_interval: 1
         """
-    ) + SERVICES
+        )
+        + SERVICES
+    )
 
 
 CAMPAIGNS = {
@@ -147,8 +150,13 @@ def test_healthy_campaign_loads_validated_rows_matching_the_jsonl(campaigns, var
 
     # Rerun the load task of the same run, as `airflow tasks test` does after a clear: no new rows.
     env = {**os.environ}
-    result = subprocess.run([str(Path(sys.executable).parent / "airflow"), "tasks", "test", "bench_e2e_moe", "load",
-                             run_id], capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "tasks", "test", "bench_e2e_moe", "load", run_id],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "loaded 4 rows" in result.stdout + result.stderr
     assert len(kernel_rows(run_id)) == 4

@@ -55,8 +55,12 @@ BROKEN = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def bag(tmp_path_factory, airflow_db, sshd):
-    specs = {"serving_local": TWICE, "serving_local_ssh": ONCE.replace("host: local", "host: gpu_loopback"),
-             "serving_local_vllm": ONCE.replace("client: sglang", "client: vllm"), "serving_broken": BROKEN}
+    specs = {
+        "serving_local": TWICE,
+        "serving_local_ssh": ONCE.replace("host: local", "host: gpu_loopback"),
+        "serving_local_vllm": ONCE.replace("client: sglang", "client: vllm"),
+        "serving_broken": BROKEN,
+    }
     with campaign_dags(tmp_path_factory.mktemp("serving"), specs) as dags:
         yield dags
 
@@ -68,7 +72,8 @@ def serving_rows(run_id):
     return Warehouse.from_airflow().query(
         "SELECT config, concurrency, repeat, warmup, num_prompts, completed, failed, input_len, output_len, "
         "total_output_tokens, duration_s, output_throughput, mean_ttft_ms, mean_e2e_ms FROM serving_results "
-        "WHERE run_id = ? ORDER BY config, concurrency, repeat", [run_id]
+        "WHERE run_id = ? ORDER BY config, concurrency, repeat",
+        [run_id],
     )
 
 
@@ -88,15 +93,21 @@ def client_records(rundir: Path) -> dict[tuple[str, int, int], dict]:
     return {(r["tag"], r["max_concurrency"], r["repeat"]): r for r in records}
 
 
-@pytest.mark.parametrize(("campaign", "workdir", "repeats"), [
-    ("serving_local", "local", 2), ("serving_local_ssh", "ssh", 1), ("serving_local_vllm", "local", 1),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("campaign", "workdir", "repeats"),
+    [
+        ("serving_local", "local", 2),
+        ("serving_local_ssh", "ssh", 1),
+        ("serving_local_vllm", "local", 1),
+    ],
+)
 def test_the_real_clients_rows_match_their_own_json(bag, sshd, var_dir, campaign, workdir, repeats):
     run_id, state, tasks = run(bag, campaign, conf=SWEEP)
     assert state == "success", tasks
     rows = serving_rows(run_id)
-    expected = [(c, level, n, r) for c in ("pd", "single") for level, n in ((1, 8), (4, 16))
-                for r in range(1, repeats + 1)]  # fmt: skip
+    expected = [
+        (c, level, n, r) for c in ("pd", "single") for level, n in ((1, 8), (4, 16)) for r in range(1, repeats + 1)
+    ]
     assert list(zip(rows["config"], rows["concurrency"], rows["num_prompts"], rows["repeat"], strict=True)) == expected
     assert not rows["warmup"].any()
     assert (rows["completed"] == rows["num_prompts"]).all()
@@ -115,8 +126,9 @@ def test_the_real_clients_rows_match_their_own_json(bag, sshd, var_dir, campaign
     requests = Warehouse.from_airflow().query(
         "SELECT config, concurrency, repeat, count(*) AS n, sum(CASE WHEN ok THEN 1 ELSE 0 END) AS ok, "
         "max(CASE WHEN ttft_ms <= e2e_ms THEN 0 ELSE 1 END) AS bad FROM serving_requests WHERE run_id = ? "
-        "GROUP BY config, concurrency, repeat ORDER BY config, concurrency, repeat", [run_id]
-    )  # fmt: skip
+        "GROUP BY config, concurrency, repeat ORDER BY config, concurrency, repeat",
+        [run_id],
+    )
     assert requests["n"].tolist() == rows["num_prompts"].tolist() == requests["ok"].tolist()
     assert requests["bad"].sum() == 0
     assert servers_gone(host_workdir, f"bench_{campaign}", run_id, SERVER_JOBS)
@@ -146,8 +158,11 @@ def test_trigger_conf_changes_the_sweep_and_the_server_arguments(bag, var_dir):
     assert state == "success", tasks
     rows = serving_rows(run_id)
     assert list(zip(rows["config"], rows["concurrency"], rows["repeat"], rows["output_len"], strict=True)) == [
-        ("pd", 3, 1, 8), ("pd", 3, 2, 8), ("single", 3, 1, 8), ("single", 3, 2, 8)
-    ]  # fmt: skip
+        ("pd", 3, 1, 8),
+        ("pd", 3, 2, 8),
+        ("single", 3, 1, 8),
+        ("single", 3, 2, 8),
+    ]
     rundir = Path(layout.run_dir(str(var_dir / "hosts" / "local"), "bench_serving_local", run_id))
     launched = {"server_single_engine": "both", "server_pd_prefill": "prefill", "server_pd_decode": "decode"}
     for job, role in launched.items():

@@ -146,9 +146,10 @@ def test_killed_benchmark_fails_within_one_check_and_keeps_its_rows(bag, sshd, c
     assert "benchmark died without writing 'ALL_DONE'" in log
     # The first check logged after the kill is the one that fails the wait.
     after_kill = [
-        line for line in log.splitlines()
+        line
+        for line in log.splitlines()
         if "progress [check" in line and datetime.fromisoformat(line.split()[0]) > killed["at"]
-    ]  # fmt: skip
+    ]
     number = int(after_kill[0].split("progress [check ")[1].split(",")[0])
     assert f"benchmark died without writing 'ALL_DONE' (check {number})" in log
     loaded = rows_of(run_id)
@@ -188,13 +189,22 @@ def test_restarted_triggerer_resumes_the_wait_and_launch_reattaches(sshd, tmp_pa
         context = {"dag": SimpleNamespace(dag_id="bench_restart"), "run_id": f"manual__{time.time()}"}
         DeployPayloadOperator(task_id="deploy", host_id="gpu_loopback", payload="fault").execute(context)
         launch = LaunchBenchmarkOperator(
-            task_id="launch", host_id="gpu_loopback", script="bench_fault.py", args={"rows": 8, "delay": 0.75},
-            output="results.jsonl", marker="ALL_DONE",
-        )  # fmt: skip
+            task_id="launch",
+            host_id="gpu_loopback",
+            script="bench_fault.py",
+            args={"rows": 8, "delay": 0.75},
+            output="results.jsonl",
+            marker="ALL_DONE",
+        )
         first = launch.execute(context)
         rundir = launch.rundir(context)
-        trigger_kwargs = {"host_id": "gpu_loopback", "rundir": rundir, "marker": "ALL_DONE", "timeout_s": 120,
-                          "check_interval": 1}  # fmt: skip
+        trigger_kwargs = {
+            "host_id": "gpu_loopback",
+            "rundir": rundir,
+            "marker": "ALL_DONE",
+            "timeout_s": 120,
+            "check_interval": 1,
+        }
         command = [sys.executable, "-c", TRIGGER_PROCESS, json.dumps(trigger_kwargs)]
         doomed = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         time.sleep(2)

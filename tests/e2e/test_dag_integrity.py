@@ -43,8 +43,13 @@ PROBE = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def parsed():
-    result = subprocess.run([sys.executable, "-c", PROBE, str(PROJECT_ROOT / "dags")], capture_output=True, text=True,
-                            timeout=300, cwd=PROJECT_ROOT)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, str(PROJECT_ROOT / "dags")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=PROJECT_ROOT,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -60,8 +65,21 @@ def test_every_spec_yields_a_dag_and_the_report_dag_exists(parsed):
     assert parsed["dags"]["bench_report"] == ["render_plots"]
 
 
-COMMON = {"preflight", "acquire_host", "release_host", "stop_services", "gpus_free", "deploy_payload",
-          "restore_services", "fetch_artifacts", "parse", "validate", "load", "detect_regressions", "verdict"}
+COMMON = {
+    "preflight",
+    "acquire_host",
+    "release_host",
+    "stop_services",
+    "gpus_free",
+    "deploy_payload",
+    "restore_services",
+    "fetch_artifacts",
+    "parse",
+    "validate",
+    "load",
+    "detect_regressions",
+    "verdict",
+}
 BENCHMARK = {"launch_benchmark", "wait_done", "stop_benchmark"}
 SERVERS = {"launch_servers", "servers_ready", "stop_servers"}
 

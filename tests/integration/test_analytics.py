@@ -44,9 +44,19 @@ def detect(warehouse: Warehouse, dag_id: str, run_id: str, limits: Thresholds) -
 
 def night_run(campaign: str, night: int, status: str = "ok", run_type: str = "scheduled", facts=None) -> RunRecord:
     when = TONIGHT - timedelta(days=night)
-    return RunRecord(dag_id=f"bench_{campaign}", run_id=f"{run_type}__{when.isoformat()}", campaign=campaign,
-                     host="gpu_node_1", spec_hash="s" * 64, status=status, started_at=when, logical_date=when,
-                     run_type=run_type, host_facts=facts or H200, git_sha="abc123")  # fmt: skip
+    return RunRecord(
+        dag_id=f"bench_{campaign}",
+        run_id=f"{run_type}__{when.isoformat()}",
+        campaign=campaign,
+        host="gpu_node_1",
+        spec_hash="s" * 64,
+        status=status,
+        started_at=when,
+        logical_date=when,
+        run_type=run_type,
+        host_facts=facts or H200,
+        git_sha="abc123",
+    )
 
 
 def kernel_rows(scale: float, rng: random.Random) -> list[dict]:
@@ -115,9 +125,19 @@ def store(tmp_path, name):
 
 
 def serving_row(config: str, concurrency: int, throughput: float) -> dict:
-    return {"config": config, "concurrency": concurrency, "num_prompts": 32, "completed": 32, "failed": 0,
-            "duration_s": 10.0, "total_output_tokens": round(throughput * 10), "request_throughput": 3.2,
-            "output_throughput": throughput, "mean_ttft_ms": 100.0, "mean_e2e_ms": 2000.0}  # fmt: skip
+    return {
+        "config": config,
+        "concurrency": concurrency,
+        "num_prompts": 32,
+        "completed": 32,
+        "failed": 0,
+        "duration_s": 10.0,
+        "total_output_tokens": round(throughput * 10),
+        "request_throughput": 3.2,
+        "output_throughput": throughput,
+        "mean_ttft_ms": 100.0,
+        "mean_e2e_ms": 2000.0,
+    }
 
 
 def test_the_three_analyst_questions_from_the_docs(warehouse):
@@ -126,8 +146,9 @@ def test_the_three_analyst_questions_from_the_docs(warehouse):
         for night in (1, 0):
             rows = [serving_row(campaign.split("_")[1], c, throughput * (1 + night) / (16 / c)) for c in (1, 8, 16)]
             warehouse.load(night_run(campaign, night), SERVING, rows)
-    warehouse.load(night_run("serving_pd", 0, status="invalid", run_type="manual"), SERVING,
-                   [serving_row("pd", 16, 99999.0)])  # fmt: skip
+    warehouse.load(
+        night_run("serving_pd", 0, status="invalid", run_type="manual"), SERVING, [serving_row("pd", 16, 99999.0)]
+    )
     tonight = fill_history(warehouse, tonight_scale=0.9)
     detect(warehouse, tonight.dag_id, tonight.run_id, Thresholds())
     for week_ago in (3, 10):  # one run this week, one last week, slower
@@ -218,13 +239,15 @@ def test_repeats_give_intervals_and_a_real_difference_is_found(warehouse):
     run = repeated_night(warehouse, "serving_cmp", 0, slower=0.10, rng=rng)
     summary = warehouse.query(
         f"SELECT config, n, mean, ci_low, ci_high FROM case_summary WHERE run_id = {warehouse.p} "
-        "AND metric = 'output_throughput' AND point = 'concurrency=16' ORDER BY config", [run.run_id]
-    ).to_dict("records")  # fmt: skip
+        "AND metric = 'output_throughput' AND point = 'concurrency=16' ORDER BY config",
+        [run.run_id],
+    ).to_dict("records")
     assert [(s["config"], s["n"]) for s in summary] == [("pd", 3), ("tp4", 3)]  # the warm-up is left out
     for s in summary:
         assert s["ci_low"] < s["mean"] < s["ci_high"]
-    rows = compare_sides(warehouse, Side("serving_cmp", "tp4"), Side("serving_cmp", "pd"), "concurrency=16",
-                         "output_throughput")  # fmt: skip
+    rows = compare_sides(
+        warehouse, Side("serving_cmp", "tp4"), Side("serving_cmp", "pd"), "concurrency=16", "output_throughput"
+    )
     assert len(rows) == 1 and rows[0].result is not None
     result = rows[0].result
     assert result.significant and result.ratio_low <= 0.90 <= result.ratio_high
@@ -243,9 +266,14 @@ def test_no_difference_is_reported_as_none_in_at_least_95_percent_of_200_trials(
         quiet += not compare(a, b, "higher").significant
     assert quiet >= 190, quiet
     rng = random.Random(5)
-    found = sum(compare([100 * (1 + rng.gauss(0, 0.03)) for _ in range(3)],
-                        [90 * (1 + rng.gauss(0, 0.03)) for _ in range(3)], "higher").significant
-                for _ in range(200))  # fmt: skip
+    found = sum(
+        compare(
+            [100 * (1 + rng.gauss(0, 0.03)) for _ in range(3)],
+            [90 * (1 + rng.gauss(0, 0.03)) for _ in range(3)],
+            "higher",
+        ).significant
+        for _ in range(200)
+    )
     assert found >= 150, found  # a 10 % drop is seen most of the time with 3 repeats a side
 
 
@@ -257,14 +285,19 @@ def test_a_nightly_regression_needs_the_repeats_to_say_so(warehouse):
     assert detect(warehouse, quiet.dag_id, quiet.run_id, Thresholds()) == []
     worse = night_run("serving_nightly", 0)
     worse = RunRecord(**{**worse.__dict__, "run_id": worse.run_id + "_slow"})
-    rows = [{**serving_row(c, 16, 100.0 * 16 * 0.85 * (1 + rng.gauss(0, 0.01))), "repeat": r}
-            for c in ("tp4", "pd") for r in (1, 2, 3)]  # fmt: skip
+    rows = [
+        {**serving_row(c, 16, 100.0 * 16 * 0.85 * (1 + rng.gauss(0, 0.01))), "repeat": r}
+        for c in ("tp4", "pd")
+        for r in (1, 2, 3)
+    ]
     warehouse.load(worse, SERVING, rows)
     findings = detect(warehouse, worse.dag_id, worse.run_id, Thresholds())
     throughput = [f for f in findings if f.metric == "output_throughput"]
     assert sorted(f.case_key for f in throughput) == ["config=pd,concurrency=16", "config=tp4,concurrency=16"]
     for f in throughput:
         assert f.test == "welch-log" and f.ci_high < 1 and -0.20 < f.relative_change < -0.10 and f.p_value < 0.05
-    stored = warehouse.query(f"SELECT test, ci_low, ci_high FROM regressions WHERE run_id = {warehouse.p} "
-                             "AND metric = 'output_throughput'", [worse.run_id])  # fmt: skip
+    stored = warehouse.query(
+        f"SELECT test, ci_low, ci_high FROM regressions WHERE run_id = {warehouse.p} AND metric = 'output_throughput'",
+        [worse.run_id],
+    )
     assert set(stored["test"]) == {"welch-log"} and (stored["ci_high"] < 1).all()

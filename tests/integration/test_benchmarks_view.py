@@ -26,8 +26,11 @@ def client(tmp_path, monkeypatch):
     assert detect(warehouse, tonight.dag_id, tonight.run_id, Thresholds())
     rng = random.Random(3)
     for night in (2, 1, 0):
-        rows = [serving_row(config, c, 100.0 * c * (1.2 if config == "pd" else 1.0) * (1 + rng.gauss(0, 0.01)))
-                for config in ("tp4", "pd") for c in (1, 8, 16)]  # fmt: skip
+        rows = [
+            serving_row(config, c, 100.0 * c * (1.2 if config == "pd" else 1.0) * (1 + rng.gauss(0, 0.01)))
+            for config in ("tp4", "pd")
+            for c in (1, 8, 16)
+        ]
         warehouse.load(night_run("serving_<b>mix</b>", night), SERVING, rows)
     app.dependency_overrides[signed_in] = lambda: None
     try:

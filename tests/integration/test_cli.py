@@ -39,12 +39,18 @@ def test_validate_reports_file_line_field(tmp_path):
     assert f"{bad}:5: timeouts.benchmark: Input should be greater than 0" in result.stderr
 
 
-@pytest.mark.parametrize(("name", "text", "expected"), [
-    ("fp8.yaml", "payload: moe\nschedule: '@daily'\nbenchmark:\n  script: x.py\n  args: {dtype: int3}\n",
-     ":5: benchmark.args: Value error, dtype: default 'int3' does not fit its trigger form"),
-    ("latin1.yaml", b"description: caf\xe9\npayload: moe\n", ":1: <top>: not UTF-8 text (byte 16)"),
-    ("report.yaml", "payload: moe\nbenchmark:\n  script: x.py\n", "name: Value error, 'report' is reserved"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        (
+            "fp8.yaml",
+            "payload: moe\nschedule: '@daily'\nbenchmark:\n  script: x.py\n  args: {dtype: int3}\n",
+            ":5: benchmark.args: Value error, dtype: default 'int3' does not fit its trigger form",
+        ),
+        ("latin1.yaml", b"description: caf\xe9\npayload: moe\n", ":1: <top>: not UTF-8 text (byte 16)"),
+        ("report.yaml", "payload: moe\nbenchmark:\n  script: x.py\n", "name: Value error, 'report' is reserved"),
+    ],
+)
 def test_validate_catches_what_would_break_the_dag_build(tmp_path, name, text, expected):
     path = tmp_path / name
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -89,8 +95,10 @@ def test_sql_queries_the_published_warehouse_and_reports_errors(var_dir):
     assert bad.returncode == 1 and "nope" in bad.stderr
 
 
-@pytest.mark.parametrize("statement", ["DELETE FROM runs", "DROP VIEW valid_runs", "CREATE TABLE x (a INT)",
-                                       "COPY runs TO '/tmp/benchflow-leak.csv'"])  # fmt: skip
+@pytest.mark.parametrize(
+    "statement",
+    ["DELETE FROM runs", "DROP VIEW valid_runs", "CREATE TABLE x (a INT)", "COPY runs TO '/tmp/benchflow-leak.csv'"],
+)
 def test_sql_is_read_only(statement):
     assert bench("migrate").returncode == 0
     refused = bench("sql", statement)

@@ -19,13 +19,15 @@ def stand_in(tmp_path, monkeypatch, used: str, procs: str) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     script = bin_dir / "nvidia-smi"
-    script.write_text(textwrap.dedent(f"""\
+    script.write_text(
+        textwrap.dedent(f"""\
         #!/bin/sh
         case "$*" in
           *--query-gpu=index,memory.used*) printf '{used}' ;;
           *--query-compute-apps*) printf '{procs}' ;;
         esac
-        """))
+        """)
+    )
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
 

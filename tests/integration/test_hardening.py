@@ -58,8 +58,9 @@ def test_a_host_unreachable_past_the_timeout_and_grace_fails_the_wait(monkeypatc
     host_key = " ".join((tmp_path / "key.pub").read_text().split()[:2])
     conn = {"conn_type": "ssh", "host": "127.0.0.1", "port": 1, "login": "nobody", "extra": {"host_key": host_key}}
     monkeypatch.setenv("AIRFLOW_CONN_NOWHERE", json.dumps(conn))  # nothing listens on port 1
-    trigger = DoneMarkerTrigger(host_id="nowhere", rundir="/tmp/x", marker="ALL_DONE", timeout_s=0,
-                                check_interval=1, unreachable_grace_s=0)  # fmt: skip
+    trigger = DoneMarkerTrigger(
+        host_id="nowhere", rundir="/tmp/x", marker="ALL_DONE", timeout_s=0, check_interval=1, unreachable_grace_s=0
+    )
     event = first_event(trigger)
     assert event["status"] == "failed"
     assert "unreachable past the benchmark's timeout" in event["message"] and "may still be running" in event["message"]
@@ -99,8 +100,15 @@ def test_fetch_and_parse_on_workers_with_different_local_disks(tmp_path, monkeyp
 
 
 def record(run_id: str) -> RunRecord:
-    return RunRecord(dag_id="bench_t", run_id=run_id, campaign="t", host="local", spec_hash="h" * 64, status="ok",
-                     started_at=datetime.now(UTC))  # fmt: skip
+    return RunRecord(
+        dag_id="bench_t",
+        run_id=run_id,
+        campaign="t",
+        host="local",
+        spec_hash="h" * 64,
+        status="ok",
+        started_at=datetime.now(UTC),
+    )
 
 
 def test_an_open_notebook_never_holds_up_a_load(tmp_path):
@@ -111,10 +119,16 @@ def test_an_open_notebook_never_holds_up_a_load(tmp_path):
     writer.load(record("r1"), KERNEL, ROWS)
     snapshot = Warehouse.at(path, read_only=True).location
     notebook = subprocess.Popen(
-        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1], read_only=True);"
-         " print(c.execute('SELECT count(*) FROM runs').fetchone()[0], flush=True); time.sleep(60)", snapshot],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys, time; c = duckdb.connect(sys.argv[1], read_only=True);"
+            " print(c.execute('SELECT count(*) FROM runs').fetchone()[0], flush=True); time.sleep(60)",
+            snapshot,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert notebook.stdout.readline().strip() == "1"  # the notebook is open on the published snapshot
         started = time.monotonic()
@@ -132,9 +146,16 @@ def test_the_bench_warehouse_connection_with_each_documented_extra(extras, tmp_p
     schema = f"conn_{uuid.uuid4().hex[:10]}"
     conn = {
         "postgres": PG_URI,
-        "postgres_search_path": json.dumps({"conn_type": "postgres", "host": "127.0.0.1", "port": 5432,
-                                            "login": "postgres", "schema": PG_URI.rsplit("/", 1)[1],
-                                            "extra": {"search_path": schema}}),
+        "postgres_search_path": json.dumps(
+            {
+                "conn_type": "postgres",
+                "host": "127.0.0.1",
+                "port": 5432,
+                "login": "postgres",
+                "schema": PG_URI.rsplit("/", 1)[1],
+                "extra": {"search_path": schema},
+            }
+        ),
         "duckdb_host": json.dumps({"conn_type": "duckdb", "host": str(tmp_path / "a.duckdb")}),
         "duckdb_extra_path": json.dumps({"conn_type": "duckdb", "extra": {"path": str(tmp_path / "b.duckdb")}}),
     }[extras]
@@ -148,7 +169,8 @@ def test_the_bench_warehouse_connection_with_each_documented_extra(extras, tmp_p
     if extras == "postgres_search_path":
         assert f"(schema {schema})" in warehouse.location
         tables = Warehouse.postgres(PG_URI).query(
-            "SELECT table_schema FROM information_schema.tables WHERE table_name = 'kernel_results'")  # fmt: skip
+            "SELECT table_schema FROM information_schema.tables WHERE table_name = 'kernel_results'"
+        )
         assert schema in set(tables["table_schema"])
     if extras.startswith("duckdb"):
         assert warehouse.location == str(tmp_path / ("a.duckdb" if extras == "duckdb_host" else "b.duckdb"))

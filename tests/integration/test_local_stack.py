@@ -44,9 +44,15 @@ def local_env(tmp_path):
     os.symlink(FIXTURES / "payloads" / "fault", tmp_path / "kernels" / "fault")
     database = f"benchflow_up_{uuid.uuid4().hex[:8]}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    env.update({"BENCH_VAR_DIR": str(tmp_path / "var"), "BENCH_CAMPAIGNS_DIR": str(tmp_path / "specs"),
-                "BENCH_KERNELS_DIR": str(tmp_path / "kernels"), "BENCH_UP_PG_DATABASE": database,
-                "PYTHONPATH": str(PROJECT_ROOT / "plugins")})  # fmt: skip
+    env.update(
+        {
+            "BENCH_VAR_DIR": str(tmp_path / "var"),
+            "BENCH_CAMPAIGNS_DIR": str(tmp_path / "specs"),
+            "BENCH_KERNELS_DIR": str(tmp_path / "kernels"),
+            "BENCH_UP_PG_DATABASE": database,
+            "PYTHONPATH": str(PROJECT_ROOT / "plugins"),
+        }
+    )
     yield env, tmp_path / "var"
     subprocess.run([str(BENCH), "down"], env=env, capture_output=True, timeout=120)
     pg_admin(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
@@ -55,8 +61,9 @@ def local_env(tmp_path):
 def test_bench_up_runs_a_campaign_and_bench_down_stops_everything(local_env):
     env, var = local_env
     port = free_port()
-    started = subprocess.run([str(BENCH), "up", "--port", str(port)], env=env, capture_output=True, text=True,
-                             timeout=300, cwd=PROJECT_ROOT)  # fmt: skip
+    started = subprocess.run(
+        [str(BENCH), "up", "--port", str(port)], env=env, capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT
+    )
     assert started.returncode == 0, started.stdout + started.stderr
     url = f"http://127.0.0.1:{port}"
     password = json.loads((var / "local-airflow" / "passwords.json").read_text())["admin"]
@@ -65,8 +72,9 @@ def test_bench_up_runs_a_campaign_and_bench_down_stops_everything(local_env):
     state = json.loads((var / "local-airflow" / "stack.json").read_text())
     assert set(state["pids"]) == {"api-server", "scheduler", "dag-processor", "triggerer"}
 
-    again = subprocess.run([str(BENCH), "up", "--port", str(port)], env=env, capture_output=True, text=True,
-                           timeout=60, cwd=PROJECT_ROOT)  # fmt: skip
+    again = subprocess.run(
+        [str(BENCH), "up", "--port", str(port)], env=env, capture_output=True, text=True, timeout=60, cwd=PROJECT_ROOT
+    )
     assert again.returncode == 0 and "already up" in again.stdout  # idempotent
 
     token = requests.post(f"{url}/auth/token", json={"username": "admin", "password": password}, timeout=30)
@@ -79,12 +87,16 @@ def test_bench_up_runs_a_campaign_and_bench_down_stops_everything(local_env):
     pools = requests.get(f"{api}/pools", headers=headers, timeout=30).json()["pools"]
     assert "bench_host_local" in {p["name"] for p in pools}
     requests.patch(f"{api}/dags/bench_up_smoke", json={"is_paused": False}, headers=headers, timeout=30)
-    run = requests.post(f"{api}/dags/bench_up_smoke/dagRuns", json={"logical_date": None, "conf": {}},
-                        headers=headers, timeout=30).json()  # fmt: skip
+    run = requests.post(
+        f"{api}/dags/bench_up_smoke/dagRuns", json={"logical_date": None, "conf": {}}, headers=headers, timeout=30
+    ).json()
     run_id = run["dag_run_id"]
     deadline = time.monotonic() + 180
-    while (state_now := requests.get(f"{api}/dags/bench_up_smoke/dagRuns/{run_id}", headers=headers,
-                                     timeout=30).json()["state"]) not in ("success", "failed"):  # fmt: skip
+    while (
+        state_now := requests.get(f"{api}/dags/bench_up_smoke/dagRuns/{run_id}", headers=headers, timeout=30).json()[
+            "state"
+        ]
+    ) not in ("success", "failed"):
         assert time.monotonic() < deadline, state_now
         time.sleep(2)
     assert state_now == "success"

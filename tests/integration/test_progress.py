@@ -49,13 +49,21 @@ def spec(mode: str, rows: int, delay: float) -> str:
 def env(tmp_path_factory, airflow_db):
     root = tmp_path_factory.mktemp("quiet")
     (root / "specs").mkdir()
-    for name, text in {"quiet_ok": spec("ok", 4, 1.0), "quiet_crash": spec("crash", 2, 0.0),
-                       "quiet_hang": spec("hang", 2, 0.0)}.items():  # fmt: skip
+    for name, text in {
+        "quiet_ok": spec("ok", 4, 1.0),
+        "quiet_crash": spec("crash", 2, 0.0),
+        "quiet_hang": spec("hang", 2, 0.0),
+    }.items():
         (root / "specs" / f"{name}.yaml").write_text(text)
     (root / "kernels").mkdir()
     os.symlink(FIXTURES / "payloads" / "fault", root / "kernels" / "fault")
-    return {**os.environ, "BENCH_CAMPAIGNS_DIR": str(root / "specs"), "BENCH_KERNELS_DIR": str(root / "kernels"),
-            "PYTHONPATH": str(PROJECT_ROOT / "plugins"), "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    return {
+        **os.environ,
+        "BENCH_CAMPAIGNS_DIR": str(root / "specs"),
+        "BENCH_KERNELS_DIR": str(root / "kernels"),
+        "PYTHONPATH": str(PROJECT_ROOT / "plugins"),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def services_log(var_dir: Path) -> list[str]:
@@ -66,8 +74,9 @@ def services_log(var_dir: Path) -> list[str]:
 
 
 def bench_run(env: dict[str, str], campaign: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BENCH), "run", campaign], env=env, capture_output=True, text=True, timeout=300,
-                          cwd=PROJECT_ROOT)  # fmt: skip
+    return subprocess.run(
+        [str(BENCH), "run", campaign], env=env, capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT
+    )
 
 
 def log_file(stdout: str) -> Path:
@@ -114,8 +123,9 @@ def test_a_failed_run_names_the_task_its_error_and_the_log(env, var_dir):
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
 def test_a_signal_in_the_wait_kills_the_benchmark_and_restores_the_services(env, var_dir, signum):
     services_log(var_dir)
-    proc = subprocess.Popen([str(BENCH), "run", "quiet_hang"], env=env, stdout=subprocess.PIPE, text=True,
-                            cwd=PROJECT_ROOT)  # fmt: skip
+    proc = subprocess.Popen(
+        [str(BENCH), "run", "quiet_hang"], env=env, stdout=subprocess.PIPE, text=True, cwd=PROJECT_ROOT
+    )
     assert proc.stdout is not None
     try:
         signalled(proc, var_dir, signum)

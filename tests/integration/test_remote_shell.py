@@ -119,8 +119,12 @@ def test_racing_campaigns_get_one_lease(host):
     import subprocess
 
     owners = [f"bench_{i}/run" for i in range(12)]
-    procs = [subprocess.Popen(["bash", "-c", lease.acquire_command(host.workdir, o, 3600)], text=True,
-                              stdout=subprocess.PIPE) for o in owners]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            ["bash", "-c", lease.acquire_command(host.workdir, o, 3600)], text=True, stdout=subprocess.PIPE
+        )
+        for o in owners
+    ]
     outcomes = [proc.communicate(timeout=60)[0].split()[0] for proc in procs]
     assert outcomes.count("acquired") == 1 and outcomes.count("held") == 11
 

@@ -96,8 +96,13 @@ def test_the_trigger_refuses_an_unverified_host_before_connecting(conn, monkeypa
         raise AssertionError("a connection was attempted")
 
     monkeypatch.setattr(asyncssh, "connect", no_connection)
-    trigger = DoneMarkerTrigger(host_id=conn(host_key=None, no_host_key_check="true"), rundir="/tmp/x",
-                                marker="ALL_DONE", timeout_s=30, check_interval=1)  # fmt: skip
+    trigger = DoneMarkerTrigger(
+        host_id=conn(host_key=None, no_host_key_check="true"),
+        rundir="/tmp/x",
+        marker="ALL_DONE",
+        timeout_s=30,
+        check_interval=1,
+    )
 
     async def first_event():
         async for event in trigger.run():

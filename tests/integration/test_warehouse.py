@@ -23,8 +23,17 @@ ROWS = [
 
 
 def record(status="ok", run_id="r1"):
-    return RunRecord(dag_id="bench_t", run_id=run_id, campaign="t", host="local", spec_hash="h" * 64, status=status,
-                     payload_sha256="p" * 64, started_at=datetime.now(UTC), host_facts={"gpu": "none"})  # fmt: skip
+    return RunRecord(
+        dag_id="bench_t",
+        run_id=run_id,
+        campaign="t",
+        host="local",
+        spec_hash="h" * 64,
+        status=status,
+        payload_sha256="p" * 64,
+        started_at=datetime.now(UTC),
+        host_facts={"gpu": "none"},
+    )
 
 
 @pytest.fixture(params=["duckdb", "postgres"])
@@ -101,8 +110,11 @@ def test_a_query_never_migrates(tmp_path):
     assert fresh.query("SELECT 42 AS answer")["answer"].tolist() == [42]
     tables = fresh.query("SELECT table_name FROM information_schema.tables")["table_name"].tolist()
     assert tables == []
-    assert "views" in fresh.migrate() and "schema_migrations" in fresh.query(
-        "SELECT table_name FROM information_schema.tables")["table_name"].tolist()  # fmt: skip
+    assert (
+        "views" in fresh.migrate()
+        and "schema_migrations"
+        in fresh.query("SELECT table_name FROM information_schema.tables")["table_name"].tolist()
+    )
 
 
 def test_unknown_status_is_refused():
@@ -117,8 +129,10 @@ def test_serving_rows_load_with_infinities_and_nulls(warehouse):
     rows = [dict(row, config="TP4", concurrency=1), dict(row, config="TP4", concurrency=8, p99_ttft_ms=float("inf"))]
     assert warehouse.load(record(), SERVING, rows) == 2
     assert warehouse.load(record(), SERVING, rows) == 2
-    loaded = warehouse.query("SELECT config, concurrency, output_throughput, p99_ttft_ms, p90_ttft_ms "
-                             "FROM serving_results ORDER BY concurrency").to_dict("records")  # fmt: skip
+    loaded = warehouse.query(
+        "SELECT config, concurrency, output_throughput, p99_ttft_ms, p90_ttft_ms "
+        "FROM serving_results ORDER BY concurrency"
+    ).to_dict("records")
     got = [(r["config"], r["concurrency"], r["output_throughput"]) for r in loaded]
     assert got == [("TP4", 1, 105.24), ("TP4", 8, 105.24)]
     assert loaded[1]["p99_ttft_ms"] == float("inf")
@@ -128,11 +142,26 @@ def test_serving_rows_load_with_infinities_and_nulls(warehouse):
 def test_per_request_rows_go_to_their_own_table_and_are_replaced(warehouse):
     from tests.conftest import FIXTURES
 
-    row = dict(kinds.parse_text((FIXTURES / "sglang_bench_serving_sgl-cookbook_DeepSeek-R1.txt").read_text()).rows[0],
-               config="pd", concurrency=2)  # fmt: skip
-    requests = [{"config": "pd", "concurrency": 2, "seq": i, "ok": i != 1, "input_len": 256, "output_tokens": 256,
-                 "ttft_ms": 10.0 + i, "e2e_ms": 900.0, "mean_itl_ms": 3.5, "error": "" if i != 1 else "HTTP 500"}
-                for i in range(3)]  # fmt: skip
+    row = dict(
+        kinds.parse_text((FIXTURES / "sglang_bench_serving_sgl-cookbook_DeepSeek-R1.txt").read_text()).rows[0],
+        config="pd",
+        concurrency=2,
+    )
+    requests = [
+        {
+            "config": "pd",
+            "concurrency": 2,
+            "seq": i,
+            "ok": i != 1,
+            "input_len": 256,
+            "output_tokens": 256,
+            "ttft_ms": 10.0 + i,
+            "e2e_ms": 900.0,
+            "mean_itl_ms": 3.5,
+            "error": "" if i != 1 else "HTTP 500",
+        }
+        for i in range(3)
+    ]
     for _ in range(2):
         warehouse.load(record(), SERVING, [row], side_rows={"serving_requests": requests})
     raw = warehouse.query("SELECT seq, ok, error FROM serving_requests ORDER BY seq").to_dict("records")
@@ -149,10 +178,16 @@ def test_a_duckdb_file_held_by_another_process_is_waited_for(tmp_path):
     Warehouse.at(path).migrate()
     Warehouse.at(path).load(record(), KERNEL, ROWS)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True);"
-         " time.sleep(2); c.close(); print('released', flush=True); time.sleep(30)", str(path)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True);"
+            " time.sleep(2); c.close(); print('released', flush=True); time.sleep(30)",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         import duckdb
@@ -176,18 +211,24 @@ def test_a_warehouse_of_the_previous_release_upgrades_in_place(warehouse_backend
 
     old = warehouse_backend
     with old.transaction() as tx:
-        tx.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
-                   "applied_at TIMESTAMP WITH TIME ZONE NOT NULL)")  # fmt: skip
+        tx.execute(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+            "applied_at TIMESTAMP WITH TIME ZONE NOT NULL)"
+        )
         for script in sorted(SQL_DIR.glob("000[1-5]_*.sql")):
             for statement in statements(script.read_text()):
                 tx.execute(statement)
             tx.insert("schema_migrations", [int(script.name[:4]), script.name, datetime.now(UTC)])
         for statement in statements((FIXTURES / "warehouse_v5_views.sql").read_text()):
             tx.execute(statement)
-        tx.execute("INSERT INTO runs (dag_id, run_id, campaign, host, spec_hash, status) "
-                   "VALUES ('bench_t', 'r1', 't', 'local', 'h', 'ok')")  # fmt: skip
-        tx.execute("INSERT INTO serving_results (dag_id, run_id, config, concurrency, num_prompts, completed, "
-                   "output_throughput) VALUES ('bench_t', 'r1', 'pd', 8, 24, 24, 100.0)")  # fmt: skip
+        tx.execute(
+            "INSERT INTO runs (dag_id, run_id, campaign, host, spec_hash, status) "
+            "VALUES ('bench_t', 'r1', 't', 'local', 'h', 'ok')"
+        )
+        tx.execute(
+            "INSERT INTO serving_results (dag_id, run_id, config, concurrency, num_prompts, completed, "
+            "output_throughput) VALUES ('bench_t', 'r1', 'pd', 8, 24, 24, 100.0)"
+        )
     applied = old.migrate()
     assert applied[0] == "0006_serving_columns.sql" and applied[-1] == "views"
     rows = old.query("SELECT config, concurrency, repeat, warmup, output_throughput FROM serving_results")

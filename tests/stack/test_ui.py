@@ -125,17 +125,30 @@ def test_trigger_a_new_config_from_the_form_and_watch_it_finish(stack, page):
 
 def seed_faster_nights(warehouse: Warehouse, run_id: str, nights: int = 6) -> None:
     """Scheduled runs of the campaign on the nights before, on the same (CPU) host, each twice as fast."""
-    rows = warehouse.query(f"SELECT m, ms_per_call FROM kernel_results WHERE dag_id = {warehouse.p} "
-                           f"AND run_id = {warehouse.p} ORDER BY m", [DAG, run_id])  # fmt: skip
+    rows = warehouse.query(
+        f"SELECT m, ms_per_call FROM kernel_results WHERE dag_id = {warehouse.p} AND run_id = {warehouse.p} ORDER BY m",
+        [DAG, run_id],
+    )
     tonight = datetime.now(UTC).replace(microsecond=0)
     for night in range(nights, 0, -1):
         when = tonight - timedelta(days=night)
         faster = []
         for m, ms in zip(rows["m"], rows["ms_per_call"], strict=True):
             ms = float(ms) / 2 * (1 + 0.01 * (night % 3 - 1))
-            faster.append({"m": int(m), "ms_per_call": ms, "tok_per_s": m / (ms / 1e3), "us_per_token": 1e3 * ms / m,
-                           "note": ""})
-        record = RunRecord(dag_id=DAG, run_id=f"scheduled__{when.isoformat()}", campaign=CAMPAIGN, host="gpu_b",
-                           spec_hash="s" * 64, status="ok", started_at=when, ended_at=when, logical_date=when,
-                           run_type="scheduled", host_facts={"gpu": "none"})  # fmt: skip
+            faster.append(
+                {"m": int(m), "ms_per_call": ms, "tok_per_s": m / (ms / 1e3), "us_per_token": 1e3 * ms / m, "note": ""}
+            )
+        record = RunRecord(
+            dag_id=DAG,
+            run_id=f"scheduled__{when.isoformat()}",
+            campaign=CAMPAIGN,
+            host="gpu_b",
+            spec_hash="s" * 64,
+            status="ok",
+            started_at=when,
+            ended_at=when,
+            logical_date=when,
+            run_type="scheduled",
+            host_facts={"gpu": "none"},
+        )
         warehouse.load(record, kinds.get("kernel"), faster)

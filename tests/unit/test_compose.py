@@ -13,8 +13,14 @@ from tests.conftest import PROJECT_ROOT
 
 pytestmark = pytest.mark.unit
 
-AIRFLOW = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-worker", "airflow-triggerer",
-           "airflow-init")  # fmt: skip
+AIRFLOW = (
+    "airflow-apiserver",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-worker",
+    "airflow-triggerer",
+    "airflow-init",
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +41,10 @@ def test_celery_executor_with_postgres_and_redis(compose):
         assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
         assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://")
         assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].split("@")[1].startswith("postgres/")
-        assert env["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://") and "@redis:6379" in env[
-            "AIRFLOW__CELERY__BROKER_URL"]  # fmt: skip
+        assert (
+            env["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://")
+            and "@redis:6379" in env["AIRFLOW__CELERY__BROKER_URL"]
+        )
 
 
 def test_project_folders_are_mounted(compose):
@@ -69,7 +77,8 @@ def test_the_init_service_migrates_and_creates_the_host_pools(compose):
     assert "set -e" in lines
     for name in AIRFLOW[:-1]:  # everything waits for it
         assert compose["services"][name]["depends_on"]["airflow-init"]["condition"] == (
-            "service_completed_successfully")  # fmt: skip
+            "service_completed_successfully"
+        )
 
 
 def test_gpu_loopback_points_at_the_simulated_host_with_a_pinned_key(compose):

@@ -64,8 +64,12 @@ def test_key_from_the_nearest_line_above_and_from_another_pattern():
     by_name = {"tflops": {"regex": r"TFLOP/s: (?P<value>\S+)", "key": "m"}, "m": {"regex": r"^M=(?P<value>\S+)"}}
     rows = parse_text(text, "generic", patterns=by_name).rows
     assert [(r["metric"], r["case_key"]) for r in rows] == [
-        ("m", None), ("tflops", "16"), ("tflops", "16"), ("m", None), ("tflops", "32")
-    ]  # fmt: skip
+        ("m", None),
+        ("tflops", "16"),
+        ("tflops", "16"),
+        ("m", None),
+        ("tflops", "32"),
+    ]
     assert parse_text("TFLOP/s: 1\n", "generic", patterns=by_regex).rows[0]["case_key"] is None
 
 

@@ -108,8 +108,10 @@ def test_generic_parser_reads_named_patterns_in_output_order():
     parsed = parse_text(SAMPLE + "ALL_DONE\n", "generic", patterns=PATTERNS)
     assert parsed.format == "patterns" and parsed.complete
     assert [(r["metric"], r["value"], r["line"]) for r in parsed.rows[:3]] == [
-        ("gpu_count", 32.0, 2), ("us_per_token", 150.56, 5), ("us_per_token", 131.16, 6)
-    ]  # fmt: skip
+        ("gpu_count", 32.0, 2),
+        ("us_per_token", 150.56, 5),
+        ("us_per_token", 131.16, 6),
+    ]
     assert [r["seq"] for r in parsed.rows] == list(range(len(parsed.rows)))
     assert not parse_text(SAMPLE, "generic", patterns=PATTERNS).complete
 

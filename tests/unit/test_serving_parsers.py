@@ -60,8 +60,10 @@ def test_sweep_with_phase_headers_prefixes_and_tqdm_bars():
     parsed = parse_text(sweep(SGLANG, SGLANG, VLLM, prefix="[bench] 2026-11-29 02:00:01 INFO "))
     assert parsed.complete
     assert [(r["config"], r["concurrency"], r["num_prompts"]) for r in parsed.rows] == [
-        ("PD", 1, 6), ("PD", 8, 24), ("PD", 16, 32)
-    ]  # fmt: skip
+        ("PD", 1, 6),
+        ("PD", 8, 24),
+        ("PD", 16, 32),
+    ]
     assert parsed.rows[1]["completed"] == 10 and parsed.rows[1]["failed"] is None  # SGLang prints no failed line
 
 
@@ -83,8 +85,7 @@ def value(label: str, new: str) -> tuple[str, str]:
 
 def test_special_values():
     block = SGLANG
-    for label, new in [("Max request concurrency", "not set"), ("P99 TTFT (ms)", "inf"),
-                       ("Median TPOT (ms)", "-0.00")]:  # fmt: skip
+    for label, new in [("Max request concurrency", "not set"), ("P99 TTFT (ms)", "inf"), ("Median TPOT (ms)", "-0.00")]:
         block = block.replace(*value(label, new))
     assert "inf" in SGLANG.splitlines()[2]  # the sample's own "Traffic request rate: inf"
     row = parse_text(block).rows[0]
@@ -117,11 +118,27 @@ def test_sglang_jsonl_with_infinity_and_old_key_names():
 
 
 def test_vllm_save_result_json():
-    result = {"date": "20250101", "backend": "vllm", "request_rate": "inf", "max_concurrency": 8, "completed": 23,
-              "failed": 1, "num_prompts": 24, "duration": 10.0, "total_input_tokens": 6144, "total_output_tokens": 5888,
-              "request_throughput": 2.3, "output_throughput": 588.8, "total_token_throughput": 1203.2,
-              "mean_ttft_ms": 50.0, "median_ttft_ms": 45.0, "std_ttft_ms": 5.0, "p99_ttft_ms": 90.0,
-              "mean_e2el_ms": 2500.0, "p99_e2el_ms": 2900.0}  # fmt: skip
+    result = {
+        "date": "20250101",
+        "backend": "vllm",
+        "request_rate": "inf",
+        "max_concurrency": 8,
+        "completed": 23,
+        "failed": 1,
+        "num_prompts": 24,
+        "duration": 10.0,
+        "total_input_tokens": 6144,
+        "total_output_tokens": 5888,
+        "request_throughput": 2.3,
+        "output_throughput": 588.8,
+        "total_token_throughput": 1203.2,
+        "mean_ttft_ms": 50.0,
+        "median_ttft_ms": 45.0,
+        "std_ttft_ms": 5.0,
+        "p99_ttft_ms": 90.0,
+        "mean_e2el_ms": 2500.0,
+        "p99_e2el_ms": 2900.0,
+    }
     parsed = parse_text(json.dumps(result, indent=2))
     assert parsed.format == "vllm_json"
     row = parsed.rows[0]
@@ -152,9 +169,16 @@ def rows_of(text: str) -> list[dict]:
 
 @pytest.mark.parametrize(
     "prefix",
-    ["", "# ", "service-1  | ", "[rank0]: ", "2026-11-29 02:00:01 INFO ", "(APIServer pid=4711) ",
-     "2025-01-01 10:00:00,123 - INFO - "],
-)  # fmt: skip
+    [
+        "",
+        "# ",
+        "service-1  | ",
+        "[rank0]: ",
+        "2026-11-29 02:00:01 INFO ",
+        "(APIServer pid=4711) ",
+        "2025-01-01 10:00:00,123 - INFO - ",
+    ],
+)
 def test_a_prefix_on_every_line_of_a_block(prefix: str):
     text = "".join(prefix + line + "\n" for line in VLLM.splitlines())
     row = rows_of(text)[0]
@@ -171,11 +195,15 @@ HEADER = "============ Serving Benchmark Result ============"
 
 @pytest.mark.parametrize(
     "header",
-    ["=== Serving Benchmark Result ===", "--- Serving Benchmark Result ---",
-     "==========\nServing Benchmark Result\n==========", "============ Serving Benchmark\nResult ============",
-     "100%|██████████| 10/10 [00:05<00:00,  1.73it/s]" + HEADER,
-     "\r  0%|          | 0/10\r100%|██████████| 10/10 [00:05<00:00]\r" + HEADER],
-)  # fmt: skip
+    [
+        "=== Serving Benchmark Result ===",
+        "--- Serving Benchmark Result ---",
+        "==========\nServing Benchmark Result\n==========",
+        "============ Serving Benchmark\nResult ============",
+        "100%|██████████| 10/10 [00:05<00:00,  1.73it/s]" + HEADER,
+        "\r  0%|          | 0/10\r100%|██████████| 10/10 [00:05<00:00]\r" + HEADER,
+    ],
+)
 def test_every_header_layout(header: str):
     row = rows_of(VLLM.replace(HEADER, header))[0]
     assert row["completed"] == 10 and row["p99_itl_ms"] == 8.39
@@ -195,8 +223,7 @@ def test_concurrency_and_rate_above_the_block_and_every_label_generation():
     )
     row = rows_of(above + VLLM)[0]
     assert (row["concurrency"], row["request_rate"]) == (30, 15.0)
-    for label in ("Max request concurrency", "Maximum request concurrency", "Max reqeuest concurrency",
-                  "Concurrency"):  # fmt: skip
+    for label in ("Max request concurrency", "Maximum request concurrency", "Max reqeuest concurrency", "Concurrency"):
         block = VLLM.replace("Successful requests:", f"{label + ':':<41}8\nSuccessful requests:")
         assert rows_of(block)[0]["concurrency"] == 8, label
     achieved = VLLM.replace("Successful requests:", f"{'Concurrency:':<41}7.93\nSuccessful requests:")
@@ -252,9 +279,18 @@ def test_warnings_are_capped_with_a_summary():
 
 
 def test_json_records_pasted_under_text_or_wrapped():
-    record = {"backend": "vllm", "max_concurrency": 8, "completed": 23, "failed": 1, "num_prompts": 24,
-              "request_rate": "inf", "duration": 10.0, "total_token_throughput": 1203.2, "output_throughput": 588.8,
-              "mean_ttft_ms": 50.0}  # fmt: skip
+    record = {
+        "backend": "vllm",
+        "max_concurrency": 8,
+        "completed": 23,
+        "failed": 1,
+        "num_prompts": 24,
+        "request_rate": "inf",
+        "duration": 10.0,
+        "total_token_throughput": 1203.2,
+        "output_throughput": 588.8,
+        "mean_ttft_ms": 50.0,
+    }
     pasted = "Result saved with --save-result:\n" + json.dumps(record, indent=2) + "\nthat is all\n"
     row = parse_text(pasted).rows[0]
     assert row["completed"] == 23 and row["request_rate"] == math.inf and row["total_throughput"] == 1203.2
@@ -275,8 +311,10 @@ def test_sglang_offline_throughput_block_reads_like_a_serving_block():
     parsed = parse_text("$ python3 -m sglang.bench_offline_throughput --num-prompts 10\n" + block)
     assert parsed.complete and parsed.warnings == []
     assert (parsed.rows[0]["completed"], parsed.rows[0]["num_prompts"], parsed.rows[0]["total_throughput"]) == (
-        10, 10, 1200.0
-    )  # fmt: skip
+        10,
+        10,
+        1200.0,
+    )
 
 
 def test_non_finite_values_read_alike_and_write_as_strict_json():

@@ -68,8 +68,13 @@ BAD = [
     ("shell metacharacters in host", "host: local", "host: 'gpu1; rm -rf ~'", "host", 3),
     ("path traversal in script", "script: bench_moe.py", "script: ../../etc/passwd", "benchmark.script", 6),
     ("newline in an argument", "m_list: [1, 2]", 'm_list: "1\\n$(id)"', "benchmark.args.m_list", 8),
-    ("unknown benchmark field", "  script: bench_moe.py\n", "  script: bench_moe.py\n  command: rm -rf /\n",
-     "benchmark.command", 7),
+    (
+        "unknown benchmark field",
+        "  script: bench_moe.py\n",
+        "  script: bench_moe.py\n  command: rm -rf /\n",
+        "benchmark.command",
+        7,
+    ),
     ("wrong list item type", "m_list: [1, 2]", "m_list: [1, {a: 2}]", "benchmark.args.m_list", 8),
 ]
 
@@ -121,15 +126,22 @@ def test_serving_spec_and_gpu_sets(tmp_path):
 SERVING_BAD = [
     ("bad gpu set", '"0-3"', '"0-3; reboot"', "configs.0.servers.0.gpus"),
     ("port out of range", "port: 30100", "port: 70000", "configs.0.servers.0.port"),
-    ("health path with a query", 'port: 30100', 'port: 30100\n        health_path: "/h?x=$(id)"',
-     "configs.0.servers.0.health_path"),
+    (
+        "health path with a query",
+        "port: 30100",
+        'port: 30100\n        health_path: "/h?x=$(id)"',
+        "configs.0.servers.0.health_path",
+    ),
     ("kernel format for serving", "script: sweep.py", "script: sweep.py\n  format: table", ""),
-    ("patterns without generic", "script: sweep.py", "script: sweep.py\n  patterns: {a: {regex: '(?P<value>x)'}}",
-     ""),
+    ("patterns without generic", "script: sweep.py", "script: sweep.py\n  patterns: {a: {regex: '(?P<value>x)'}}", ""),
     ("the old parser field", "script: sweep.py", "script: sweep.py\n  parser: serving_log", "benchmark"),
     ("an unknown kind", "kind: serving", "kind: servin", "kind"),
-    ("duplicate ports", 'gpus: "0-3"', 'gpus: "0-3"\n      - name: b\n        command: x\n        port: 30100',
-     "configs.0"),
+    (
+        "duplicate ports",
+        'gpus: "0-3"',
+        'gpus: "0-3"\n      - name: b\n        command: x\n        port: 30100',
+        "configs.0",
+    ),
 ]
 
 

@@ -64,8 +64,9 @@ def run_of(warehouse: Warehouse, side: Side) -> str:
     if side.when:
         where += f" AND CAST(night AS TEXT) = {p}"
         params.append(side.when)
-    runs = warehouse.query(f"SELECT run_id FROM valid_runs WHERE {where} "
-                           "ORDER BY COALESCE(logical_date, started_at) DESC LIMIT 1", params)  # fmt: skip
+    runs = warehouse.query(
+        f"SELECT run_id FROM valid_runs WHERE {where} ORDER BY COALESCE(logical_date, started_at) DESC LIMIT 1", params
+    )
     if not len(runs):
         raise LookupError(f"no valid run of {side}")
     return str(runs["run_id"].iloc[0])
@@ -81,8 +82,9 @@ def samples(warehouse: Warehouse, side: Side) -> pd.DataFrame:
     return warehouse.query(sql, params)
 
 
-def compare_sides(warehouse: Warehouse, a: Side, b: Side, point: str | None = None,
-                  metric: str | None = None) -> list[Row]:  # fmt: skip
+def compare_sides(
+    warehouse: Warehouse, a: Side, b: Side, point: str | None = None, metric: str | None = None
+) -> list[Row]:
     """Every point and metric both sides have (or the one asked for), ``b`` against ``a``."""
     better = {m: way for kind in kinds.all_kinds() for m, way in kind.trend.items()}
     left, right = samples(warehouse, a), samples(warehouse, b)

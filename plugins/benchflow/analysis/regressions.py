@@ -45,8 +45,9 @@ class Thresholds:
     min_change: float = 0.05
 
 
-def judge_repeats(tonight: list[float], baseline: list[float], history: list[float], metric: str,
-                  limits: Thresholds) -> Finding | None:  # fmt: skip
+def judge_repeats(
+    tonight: list[float], baseline: list[float], history: list[float], metric: str, limits: Thresholds
+) -> Finding | None:
     """A finding when tonight's repeats are worse than the baseline nights' repeats: the ratio's 95 % interval
     lies on the worse side of 1 and its point estimate changes by at least ``min_change``."""
     from benchflow.stats import compare
@@ -65,8 +66,21 @@ def judge_repeats(tonight: list[float], baseline: list[float], history: list[flo
         return None
     mean, std = result.a.mean, result.a.std
     z = (result.b.mean - mean) / max(std, abs(mean) * 1e-6)
-    return Finding("", metric, result.b.mean, mean, std, len(history), change, z, worse, result.ratio_low,
-                   result.ratio_high, result.p_value, "welch-log")  # fmt: skip
+    return Finding(
+        "",
+        metric,
+        result.b.mean,
+        mean,
+        std,
+        len(history),
+        change,
+        z,
+        worse,
+        result.ratio_low,
+        result.ratio_high,
+        result.p_value,
+        "welch-log",
+    )
 
 
 def judge(value: float, history: list[float], metric: str, limits: Thresholds) -> Finding | None:
@@ -136,8 +150,10 @@ def find(warehouse: Warehouse, dag_id: str, run_id: str, limits: Thresholds) -> 
 def _samples(warehouse: Warehouse, campaign: str, gpu_model: str) -> dict[tuple[str, str, str], list[float]]:
     """Every repeat of the campaign's valid runs on this GPU model, by (case, metric, run)."""
     p = warehouse.p
-    rows = warehouse.query(f"SELECT case_key, metric, run_id, value FROM metric_samples WHERE campaign = {p} "
-                           f"AND gpu_model = {p}", [campaign, gpu_model])  # fmt: skip
+    rows = warehouse.query(
+        f"SELECT case_key, metric, run_id, value FROM metric_samples WHERE campaign = {p} AND gpu_model = {p}",
+        [campaign, gpu_model],
+    )
     found: dict[tuple[str, str, str], list[float]] = {}
     for row in rows.itertuples(index=False):
         found.setdefault((row.case_key, row.metric, str(row.run_id)), []).append(float(row.value))

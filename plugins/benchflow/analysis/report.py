@@ -51,22 +51,32 @@ def _trend(warehouse: Warehouse, kind: Any, campaign: str, dag_id: str, run_id: 
     p = warehouse.p
     history = warehouse.query(
         f"SELECT case_key, run_id, night, value FROM metric_history WHERE campaign = {p} AND metric = {p} "
-        "ORDER BY night", [campaign, kind.headline]
-    )  # fmt: skip
+        "ORDER BY night",
+        [campaign, kind.headline],
+    )
     if not len(history):
         return None
     case = history.groupby("case_key")["run_id"].count().idxmax()
     series = history[history["case_key"] == case]
     regressed = warehouse.query(
         "SELECT DISTINCT g.run_id FROM regressions g JOIN runs r ON r.dag_id = g.dag_id AND r.run_id = g.run_id "
-        f"WHERE r.campaign = {p} AND g.metric = {p}", [campaign, kind.headline]
-    )  # fmt: skip
+        f"WHERE r.campaign = {p} AND g.metric = {p}",
+        [campaign, kind.headline],
+    )
     fig, axis = plt.subplots(figsize=(9, 4))
     label = f"{kind.headline} at {case}"
     axis.plot(series["night"], series["value"], marker="o", label=label)
     bad = series[series["run_id"].isin(set(regressed["run_id"]))]
-    axis.scatter(bad["night"], bad["value"], s=160, facecolors="none", edgecolors="red", linewidths=2,
-                 label="regression", zorder=3)  # fmt: skip
+    axis.scatter(
+        bad["night"],
+        bad["value"],
+        s=160,
+        facecolors="none",
+        edgecolors="red",
+        linewidths=2,
+        label="regression",
+        zorder=3,
+    )
     axis.set(xlabel="night", ylabel=label, title=f"{campaign}: nightly trend")
     axis.grid(alpha=0.3)
     axis.legend()

@@ -63,9 +63,14 @@ class LocalSession(AsyncSession):
 
     async def run(self, command: str, timeout: float) -> tuple[int, str]:
         proc = await asyncio.create_subprocess_exec(
-            "bash", "-c", command, cwd=self.workdir,
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
+            "bash",
+            "-c",
+            command,
+            cwd=self.workdir,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), timeout)
         except TimeoutError:
@@ -76,9 +81,15 @@ class LocalSession(AsyncSession):
     async def lines(self, command: str) -> AsyncIterator[str]:
         # Its own session, so that killing it ends every process holding the pipe.
         proc = await asyncio.create_subprocess_exec(
-            "bash", "-c", command, cwd=self.workdir, start_new_session=True,
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
+            "bash",
+            "-c",
+            command,
+            cwd=self.workdir,
+            start_new_session=True,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
         assert proc.stdout is not None
         try:
             async for raw in proc.stdout:

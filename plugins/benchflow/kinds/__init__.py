@@ -99,8 +99,9 @@ class ResultKind:
         """Rows as a DataFrame with this kind's columns in load order, numbers typed as numbers."""
         import pandas as pd
 
-        filled = [{**self.defaults, **{k: v for k, v in r.items() if v is not None or k not in self.defaults}}
-                  for r in rows]  # fmt: skip
+        filled = [
+            {**self.defaults, **{k: v for k, v in r.items() if v is not None or k not in self.defaults}} for r in rows
+        ]
         frame = pd.DataFrame.from_records(filled, columns=list(self.columns))
         for column, kind in self.columns.items():
             if kind in ("int", "float"):
@@ -173,5 +174,16 @@ def parse_text(
     return resolve(text, kind, fmt)[1].parse(text, marker=marker, **options)
 
 
-__all__ = ["Format", "ParseError", "ParsedRun", "ResultKind", "SideTable", "all_kinds", "detect", "get", "names",
-           "parse_text", "resolve"]
+__all__ = [
+    "Format",
+    "ParseError",
+    "ParsedRun",
+    "ResultKind",
+    "SideTable",
+    "all_kinds",
+    "detect",
+    "get",
+    "names",
+    "parse_text",
+    "resolve",
+]

@@ -30,8 +30,11 @@ class GpuState:
 
     def busy(self, max_used_mib: float) -> list[str]:
         """Why the GPUs are not free yet: one line per GPU over the threshold and per compute process."""
-        reasons = [f"GPU {i}: {used:.0f} MiB in use (limit {max_used_mib:.0f})"
-                   for i, used in sorted(self.used_mib.items()) if used > max_used_mib]  # fmt: skip
+        reasons = [
+            f"GPU {i}: {used:.0f} MiB in use (limit {max_used_mib:.0f})"
+            for i, used in sorted(self.used_mib.items())
+            if used > max_used_mib
+        ]
         reasons += [f"process {p.pid} ({p.name}) holds {p.used_mib:.0f} MiB" for p in self.processes]
         return reasons
 

@@ -47,7 +47,7 @@ def status_command(paths: RemoteJobPaths, marker: str) -> str:
         f"st={q(started_file(paths))}\n"
         'code=$(cat "$ec" 2>/dev/null || true); p=$(cat "$pidf" 2>/dev/null || true); alive=0\n'
         f"if {group_alive('$p')}; then alive=1; fi\n"
-        f"if grep -qxF -- {q(marker)} \"$log\" 2>/dev/null; then marker=1; else marker=0; fi\n"
+        f'if grep -qxF -- {q(marker)} "$log" 2>/dev/null; then marker=1; else marker=0; fi\n'
         's=$(cat "$st" 2>/dev/null || true); elapsed=; [ -n "$s" ] && elapsed=$(( $(date +%s) - s ))\n'
         'printf "marker=%s exit=%s alive=%s pid=%s elapsed=%s\\n" "$marker" "$code" "$alive" "$p" "$elapsed"\n'
         'tail -n 1 "$log" 2>/dev/null || true\n'
@@ -129,7 +129,7 @@ def wait_exit_command(paths: RemoteJobPaths, seconds: float) -> str:
     steps = max(1, int(seconds / 0.2))
     return (
         f'p="$(cat {pidf} 2>/dev/null || true)"\n'
-        f'for _ in $(seq {steps}); do {group_alive("$p")} || break; sleep 0.2; done\ntrue\n'
+        f"for _ in $(seq {steps}); do {group_alive('$p')} || break; sleep 0.2; done\ntrue\n"
     )
 
 
@@ -138,10 +138,9 @@ def kill_command(paths: RemoteJobPaths, grace_s: float = 5.0) -> str:
     pidf = shlex.quote(paths.pid_file)
     steps = max(1, int(grace_s / 0.1))
     return (
-        build_posix_kill_command(paths.pid_file)
-        + f'\np="$(cat {pidf} 2>/dev/null || true)"\n'
+        build_posix_kill_command(paths.pid_file) + f'\np="$(cat {pidf} 2>/dev/null || true)"\n'
         'if [ "$p" -gt 1 ] 2>/dev/null; then\n'
-        f'  for _ in $(seq {steps}); do {group_alive("$p")} || break; sleep 0.1; done\n'
+        f"  for _ in $(seq {steps}); do {group_alive('$p')} || break; sleep 0.1; done\n"
         '  kill -KILL -- "-$p" 2>/dev/null || true\n'
         "fi\ntrue\n"
     )

@@ -26,12 +26,12 @@ def acquire_command(workdir: str, owner: str, ttl_s: float) -> str:
         f"now=$(date +%s); holder=; expires=0\n"
         f"read -r holder expires < {lease} 2>/dev/null || true\n"
         f'if [ -z "$holder" ] || [ "$holder" = {shlex.quote(owner)} ] || [ "${{expires:-0}}" -lt "$now" ]; then\n'
-        f"  want=\"{owner} $((now + {int(ttl_s)}))\"\n"
+        f'  want="{owner} $((now + {int(ttl_s)}))"\n'
         # written, renamed, read back: on a full disk (or any failed write) no one is told 'acquired'
         f"  if printf '%s\\n' \"$want\" > {lease}.new && mv -f {lease}.new {lease}"
-        f" && [ \"$(cat {lease} 2>/dev/null)\" = \"$want\" ]; then printf 'acquired %s\\n' \"$want\"\n"
+        f' && [ "$(cat {lease} 2>/dev/null)" = "$want" ]; then printf \'acquired %s\\n\' "$want"\n'
         f"  else rm -f {lease}.new; echo 'cannot write the host lease (disk full?):' {lease} >&2; exit 74; fi\n"
-        f"else printf 'held %s %s\\n' \"$holder\" \"$expires\"; fi\n"
+        f'else printf \'held %s %s\\n\' "$holder" "$expires"; fi\n'
     )
 
 

@@ -23,7 +23,7 @@ def facts_command(python: str, workdir: str) -> str:
         "  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader"
         ' | sed "s/^/gpu=/"\n'
         'else echo "gpu=none"; fi\n'
-        f"{py} -c 'import sys, torch; print(\"python=\" + sys.version.split()[0]);"
+        f'{py} -c \'import sys, torch; print("python=" + sys.version.split()[0]);'
         ' print("torch=" + torch.__version__); print("cuda=" + str(torch.version.cuda))\'\n'
     )
 

@@ -58,15 +58,21 @@ def campaign(campaign: str) -> HTMLResponse:
         warehouse = pages.open_warehouse()
         body = pages.campaign(warehouse, campaign)
     except KeyError:
-        return _page(campaign, f"<p>No valid run of campaign <b>{escape(campaign)}</b> in the warehouse. "
-                               '<a href="../">All campaigns</a></p>', status=404)  # fmt: skip
+        return _page(
+            campaign,
+            f"<p>No valid run of campaign <b>{escape(campaign)}</b> in the warehouse. "
+            '<a href="../">All campaigns</a></p>',
+            status=404,
+        )
     except Exception as exc:
         return _page(campaign, pages.problem(exc), status=503)
     return _page(f"{campaign}: Benchmarks", body)
 
 
-ICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" fill="none" stroke="currentColor" '
-        'stroke-width="2"><path d="M3 3v18h18"/><path d="M7 15l4-4 3 3 6-7"/></svg>')
+ICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" fill="none" stroke="currentColor" '
+    'stroke-width="2"><path d="M3 3v18h18"/><path d="M7 15l4-4 3 3 6-7"/></svg>'
+)
 
 
 @app.get("/icon.svg")

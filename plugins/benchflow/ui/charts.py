@@ -8,8 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
-           "#d62728")  # fmt: skip
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#d62728")
 WIDTH, HEIGHT = 760, 300
 LEFT, RIGHT, TOP, BOTTOM = 70, 170, 20, 50
 
@@ -53,8 +52,14 @@ def number(value: float) -> str:
     return f"{value:.4g}"
 
 
-def line_chart(series: Sequence[Series], x_label: str, y_label: str, x_log: bool = False,
-               x_names: dict[float, str] | None = None, title: str = "") -> str:  # fmt: skip
+def line_chart(
+    series: Sequence[Series],
+    x_label: str,
+    y_label: str,
+    x_log: bool = False,
+    x_names: dict[float, str] | None = None,
+    title: str = "",
+) -> str:
     """An inline ``<svg>``; ``x_names`` labels x positions with text (nights) instead of numbers."""
     points = [p for s in series for p in s.points if p.y is not None and not math.isnan(p.y)]
     if not points:
@@ -76,13 +81,17 @@ def line_chart(series: Sequence[Series], x_label: str, y_label: str, x_log: bool
     def sy(v: float) -> float:
         return TOP + plot_h - (v - y0) / (y1 - y0) * plot_h
 
-    out = [f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-           f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title or y_label)}">',
-           f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="#fff" stroke="#ccc"/>']  # fmt: skip
+    out = [
+        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+        f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title or y_label)}">',
+        f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="#fff" stroke="#ccc"/>',
+    ]
     for tick in _ticks(y0, y1):
         y = sy(tick)
-        out.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
-                   f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">{number(tick)}</text>')
+        out.append(
+            f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
+            f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">{number(tick)}</text>'
+        )
     if x_names:
         x_ticks = sorted(x_names)
         step = max(1, math.ceil(len(x_ticks) / 6))
@@ -94,10 +103,12 @@ def line_chart(series: Sequence[Series], x_label: str, y_label: str, x_log: bool
     for value, text in labels:
         x = sx(value)
         out.append(f'<text x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle" class="tick">{escape(text)}</text>')
-    out.append(f'<text x="{LEFT + plot_w / 2}" y="{HEIGHT - 8}" text-anchor="middle" class="axis">'
-               f'{escape(x_label)}</text>'
-               f'<text x="14" y="{TOP + plot_h / 2}" text-anchor="middle" class="axis" '
-               f'transform="rotate(-90 14 {TOP + plot_h / 2})">{escape(y_label)}</text>')  # fmt: skip
+    out.append(
+        f'<text x="{LEFT + plot_w / 2}" y="{HEIGHT - 8}" text-anchor="middle" class="axis">'
+        f"{escape(x_label)}</text>"
+        f'<text x="14" y="{TOP + plot_h / 2}" text-anchor="middle" class="axis" '
+        f'transform="rotate(-90 14 {TOP + plot_h / 2})">{escape(y_label)}</text>'
+    )
     for index, s in enumerate(series):
         color = PALETTE[index % len(PALETTE)]
         drawn = sorted((p for p in s.points if p.y is not None and not math.isnan(p.y)), key=lambda p: p.x)
@@ -107,18 +118,26 @@ def line_chart(series: Sequence[Series], x_label: str, y_label: str, x_log: bool
         for p in drawn:
             x, y = sx(p.x), sy(p.y)
             tip = f"<title>{escape(p.tip)}</title>" if p.tip else ""
-            mark = (f'<circle cx="{x:.1f}" cy="{y:.1f}" r="8" fill="none" stroke="#d62728" stroke-width="2.5" '
-                    f'class="regression"/>' if p.marked else "")  # fmt: skip
+            mark = (
+                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="8" fill="none" stroke="#d62728" stroke-width="2.5" '
+                f'class="regression"/>'
+                if p.marked
+                else ""
+            )
             dot = f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{color}"/>{mark}{tip}'
             if p.href:
                 dot = f'<a href="{escape(p.href)}" target="_top">{dot}</a>'
             out.append(dot)
         ly = TOP + 14 + index * 16
-        out.append(f'<rect x="{WIDTH - RIGHT + 12}" y="{ly - 9}" width="10" height="10" fill="{color}"/>'
-                   f'<text x="{WIDTH - RIGHT + 26}" y="{ly}" class="legend">{escape(s.name[:22])}</text>')
+        out.append(
+            f'<rect x="{WIDTH - RIGHT + 12}" y="{ly - 9}" width="10" height="10" fill="{color}"/>'
+            f'<text x="{WIDTH - RIGHT + 26}" y="{ly}" class="legend">{escape(s.name[:22])}</text>'
+        )
     if any(p.marked for p in points):
         ly = TOP + 14 + len(series) * 16
-        out.append(f'<circle cx="{WIDTH - RIGHT + 17}" cy="{ly - 4}" r="5" fill="none" stroke="#d62728" '
-                   f'stroke-width="2"/><text x="{WIDTH - RIGHT + 26}" y="{ly}" class="legend">regression</text>')
+        out.append(
+            f'<circle cx="{WIDTH - RIGHT + 17}" cy="{ly - 4}" r="5" fill="none" stroke="#d62728" '
+            f'stroke-width="2"/><text x="{WIDTH - RIGHT + 26}" y="{ly}" class="legend">regression</text>'
+        )
     out.append("</svg>")
     return "".join(out)

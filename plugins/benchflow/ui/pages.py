@@ -30,13 +30,17 @@ a{color:#2b6cb0}.empty{color:#888}
 
 
 def document(title: str, body: str) -> str:
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
-            f"<style>{STYLE}</style></head><body>{body}</body></html>")  # fmt: skip
+    return (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+        f"<style>{STYLE}</style></head><body>{body}</body></html>"
+    )
 
 
 def problem(exc: BaseException) -> str:
-    return (f'<h1>Benchmarks</h1><p class="bad">The warehouse cannot be read: {escape(str(exc))}</p>'
-            '<p class="muted">Run a campaign (or <code>bench migrate</code>) to create it.</p>')
+    return (
+        f'<h1>Benchmarks</h1><p class="bad">The warehouse cannot be read: {escape(str(exc))}</p>'
+        '<p class="muted">Run a campaign (or <code>bench migrate</code>) to create it.</p>'
+    )
 
 
 def open_warehouse() -> Warehouse:
@@ -109,8 +113,12 @@ def index(warehouse: Warehouse) -> str:
         count = runs.loc[name] if name in runs.index else None
         regressed = int(last["regressions"] or 0) if last is not None else 0
         flag = f'<span class="bad">{regressed} regression(s)</span>' if regressed else '<span class="ok">none</span>'
-        link = (f'<a href="{escape(run_href(last["dag_id"], last["run_id"]))}" target="_top">'
-                f'{escape(str(last["run_id"]))}</a>' if last is not None else "")  # fmt: skip
+        link = (
+            f'<a href="{escape(run_href(last["dag_id"], last["run_id"]))}" target="_top">'
+            f"{escape(str(last['run_id']))}</a>"
+            if last is not None
+            else ""
+        )
         rows.append(
             f'<tr><td class="text"><a href="campaign/{quote(name, safe="")}">{escape(name)}</a></td>'
             f'<td class="text">{escape(kind.name)}</td><td class="text">{link}</td>'
@@ -120,12 +128,16 @@ def index(warehouse: Warehouse) -> str:
             f'</td><td class="text">{flag}</td></tr>'
         )
     if not rows:
-        return "<h1>Benchmarks</h1><p class=\"empty\">No valid run in the warehouse yet.</p>"
-    head = ("<tr><th class='text'>campaign</th><th class='text'>kind</th><th class='text'>latest valid run</th>"
-            "<th class='text'>night</th><th class='text'>GPU</th><th>valid / all runs</th>"
-            "<th class='text'>regressions in the latest run</th></tr>")  # fmt: skip
-    return (f"<h1>Benchmarks</h1><p class='muted'>warehouse: {escape(warehouse.location)}</p>"
-            f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>")  # fmt: skip
+        return '<h1>Benchmarks</h1><p class="empty">No valid run in the warehouse yet.</p>'
+    head = (
+        "<tr><th class='text'>campaign</th><th class='text'>kind</th><th class='text'>latest valid run</th>"
+        "<th class='text'>night</th><th class='text'>GPU</th><th>valid / all runs</th>"
+        "<th class='text'>regressions in the latest run</th></tr>"
+    )
+    return (
+        f"<h1>Benchmarks</h1><p class='muted'>warehouse: {escape(warehouse.location)}</p>"
+        f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def campaign(warehouse: Warehouse, name: str) -> str:
@@ -134,12 +146,17 @@ def campaign(warehouse: Warehouse, name: str) -> str:
         raise KeyError(name)
     kind = found[name]
     p = warehouse.p
-    latest = warehouse.query(f"SELECT dag_id, run_id, night, host, gpu_model, run_type, rows_loaded, regressions "
-                             f"FROM latest_valid_runs WHERE campaign = {p}", [name])  # fmt: skip
+    latest = warehouse.query(
+        f"SELECT dag_id, run_id, night, host, gpu_model, run_type, rows_loaded, regressions "
+        f"FROM latest_valid_runs WHERE campaign = {p}",
+        [name],
+    )
     run = latest.iloc[0]
     order = kind.order_by or ", ".join(kind.key)
-    rows = warehouse.query(f"SELECT {kind.display} FROM {kind.table} WHERE dag_id = {p} AND run_id = {p} "
-                           f"ORDER BY {order}", [run["dag_id"], run["run_id"]])  # fmt: skip
+    rows = warehouse.query(
+        f"SELECT {kind.display} FROM {kind.table} WHERE dag_id = {p} AND run_id = {p} ORDER BY {order}",
+        [run["dag_id"], run["run_id"]],
+    )
     findings = warehouse.query(
         "SELECT g.dag_id, g.run_id, r.night, g.case_key, g.metric, g.value, g.baseline_mean, g.relative_change, "
         f"g.z_score FROM regressions g JOIN (SELECT dag_id, run_id, campaign, "
@@ -147,21 +164,29 @@ def campaign(warehouse: Warehouse, name: str) -> str:
         f"ON r.dag_id = g.dag_id AND r.run_id = g.run_id WHERE r.campaign = {p} ORDER BY r.night DESC, g.case_key",
         [name],
     )
-    out = [f'<p class="muted"><a href="../">All campaigns</a></p><h1>{escape(name)}</h1>',
-           f'<p class="muted">kind {escape(kind.name)}; warehouse {escape(warehouse.location)}</p>',
-           f'<h2>Latest valid run</h2><p><a href="{escape(run_href(run["dag_id"], run["run_id"]))}" target="_top">'
-           f'{escape(str(run["run_id"]))}</a> · night {escape(str(run["night"]))} · host {escape(str(run["host"]))}'
-           f' · GPU {escape(str(run["gpu_model"]))} · {int(run["rows_loaded"] or 0)} rows · ',
-           (f'<span class="bad">{int(run["regressions"])} regression(s)</span>' if run["regressions"]
-            else '<span class="ok">no regression</span>') + "</p>",
-           table(rows)]  # fmt: skip
+    out = [
+        f'<p class="muted"><a href="../">All campaigns</a></p><h1>{escape(name)}</h1>',
+        f'<p class="muted">kind {escape(kind.name)}; warehouse {escape(warehouse.location)}</p>',
+        f'<h2>Latest valid run</h2><p><a href="{escape(run_href(run["dag_id"], run["run_id"]))}" target="_top">'
+        f"{escape(str(run['run_id']))}</a> · night {escape(str(run['night']))} · host {escape(str(run['host']))}"
+        f" · GPU {escape(str(run['gpu_model']))} · {int(run['rows_loaded'] or 0)} rows · ",
+        (
+            f'<span class="bad">{int(run["regressions"])} regression(s)</span>'
+            if run["regressions"]
+            else '<span class="ok">no regression</span>'
+        )
+        + "</p>",
+        table(rows),
+    ]
     if kind.trend:
         out.append(f"<h2>Trend over nights</h2>{trend_charts(warehouse, kind, name, findings)}")
         out.append(f"<h2>{escape(comparison_title(kind))}</h2>{comparison(warehouse, kind, name, run)}")
     out.append("<h2>Regressions</h2>")
     if len(findings):
-        rank = sorted(range(len(findings)), key=lambda i: (_natural((findings["case_key"].iloc[i], None)),
-                                                            str(findings["metric"].iloc[i])))  # fmt: skip
+        rank = sorted(
+            range(len(findings)),
+            key=lambda i: (_natural((findings["case_key"].iloc[i], None)), str(findings["metric"].iloc[i])),
+        )
         rank.sort(key=lambda i: str(findings["night"].iloc[i]), reverse=True)  # newest night first, stable
         findings = findings.iloc[rank].reset_index(drop=True)
         findings["relative_change"] = findings["relative_change"].map(lambda v: f"{100 * v:+.1f}%")
@@ -183,8 +208,10 @@ def trend_charts(warehouse: Warehouse, kind: ResultKind, name: str, findings: pd
     if not len(history):
         return '<p class="empty">no history</p>'
     order = {run: i for i, run in enumerate(dict.fromkeys(zip(history["dag_id"], history["run_id"], strict=True)))}
-    nights = {float(i): str(night)[5:10] for (run, i), night in zip(order.items(), history.drop_duplicates(
-        ["dag_id", "run_id"])["night"], strict=True)}  # fmt: skip
+    nights = {
+        float(i): str(night)[5:10]
+        for (run, i), night in zip(order.items(), history.drop_duplicates(["dag_id", "run_id"])["night"], strict=True)
+    }
     marked = set(zip(findings["run_id"], findings["case_key"], findings["metric"], strict=True))
     charts = []
     for metric, better in kind.trend.items():
@@ -193,15 +220,28 @@ def trend_charts(warehouse: Warehouse, kind: ResultKind, name: str, findings: pd
             continue
         series = []
         for case, rows in sorted(part.groupby("case_key"), key=_natural)[:MAX_SERIES]:
-            points = [Point(x=float(order[(r.dag_id, r.run_id)]), y=float(r.value),
-                            tip=f"{case} · {metric} {number(float(r.value))} · night {r.night} · {r.run_id}"
-                            + (" · REGRESSION" if (r.run_id, case, metric) in marked else ""),
-                            href=run_href(r.dag_id, r.run_id), marked=(r.run_id, case, metric) in marked)
-                      for r in rows.itertuples()]  # fmt: skip
+            points = [
+                Point(
+                    x=float(order[(r.dag_id, r.run_id)]),
+                    y=float(r.value),
+                    tip=f"{case} · {metric} {number(float(r.value))} · night {r.night} · {r.run_id}"
+                    + (" · REGRESSION" if (r.run_id, case, metric) in marked else ""),
+                    href=run_href(r.dag_id, r.run_id),
+                    marked=(r.run_id, case, metric) in marked,
+                )
+                for r in rows.itertuples()
+            ]
             label = str(case) if str(case).count("=") < 2 else re.sub(r"[A-Za-z_]+=", "", str(case))
             series.append(Series(label, points))
-        charts.append(line_chart(series, "night, MM-DD (one point per valid run)", f"{metric} ({better} is better)",
-                                 x_names=nights, title=f"{metric} trend"))  # fmt: skip
+        charts.append(
+            line_chart(
+                series,
+                "night, MM-DD (one point per valid run)",
+                f"{metric} ({better} is better)",
+                x_names=nights,
+                title=f"{metric} trend",
+            )
+        )
     return f'<div class="charts">{"".join(charts)}</div>'
 
 
@@ -243,11 +283,20 @@ def comparison(warehouse: Warehouse, kind: ResultKind, name: str, run: Any) -> s
     numeric = kind.columns.get(axis) in ("int", "float")
     series = []
     for group, rows in list(frame.groupby("series", sort=False))[:MAX_SERIES]:
-        series.append(Series(str(group), [
-            Point(x=float(r[axis]) if numeric else float(i), y=float(r["value"]),
-                  tip=f"{group} · {axis}={r[axis]} · {kind.headline} {number(float(r['value']))}",
-                  href=run_href(run["dag_id"], run["run_id"]))
-            for i, (_, r) in enumerate(rows.iterrows())]))  # fmt: skip
+        series.append(
+            Series(
+                str(group),
+                [
+                    Point(
+                        x=float(r[axis]) if numeric else float(i),
+                        y=float(r["value"]),
+                        tip=f"{group} · {axis}={r[axis]} · {kind.headline} {number(float(r['value']))}",
+                        href=run_href(run["dag_id"], run["run_id"]),
+                    )
+                    for i, (_, r) in enumerate(rows.iterrows())
+                ],
+            )
+        )
     positive = numeric and bool((frame[axis] > 0).all())
     spread = positive and frame[axis].max() / max(frame[axis].min(), 1e-9) >= 16
     chart = line_chart(series, axis, kind.headline, x_log=spread, title=comparison_title(kind))

@@ -134,8 +134,9 @@ class Transaction:
         self.execute(f"INSERT INTO {table} VALUES ({', '.join([self.p] * len(values))})", values)
 
     def delete_run(self, table: str, dag_id: str, run_id: str, extra: str = "", params: Sequence[Any] = ()) -> None:
-        self.execute(f"DELETE FROM {table} WHERE dag_id = {self.p} AND run_id = {self.p}{extra}",
-                     [dag_id, run_id, *params])  # fmt: skip
+        self.execute(
+            f"DELETE FROM {table} WHERE dag_id = {self.p} AND run_id = {self.p}{extra}", [dag_id, run_id, *params]
+        )
 
 
 class Warehouse:
@@ -277,29 +278,71 @@ class Warehouse:
         with self.transaction() as tx:
             tx.delete_run("regressions", dag_id, run_id)
             for f in findings:
-                tx.insert("regressions", [dag_id, run_id, f.case_key, f.metric, f.value, f.baseline_mean,
-                                          f.baseline_std, f.baseline_runs, f.relative_change, f.z_score,
-                                          f.direction, now, f.ci_low, f.ci_high, f.p_value, f.test])  # fmt: skip
-            tx.execute(f"UPDATE runs SET regressions = {p} WHERE dag_id = {p} AND run_id = {p}",
-                       [len(findings), dag_id, run_id])  # fmt: skip
+                tx.insert(
+                    "regressions",
+                    [
+                        dag_id,
+                        run_id,
+                        f.case_key,
+                        f.metric,
+                        f.value,
+                        f.baseline_mean,
+                        f.baseline_std,
+                        f.baseline_runs,
+                        f.relative_change,
+                        f.z_score,
+                        f.direction,
+                        now,
+                        f.ci_low,
+                        f.ci_high,
+                        f.p_value,
+                        f.test,
+                    ],
+                )
+            tx.execute(
+                f"UPDATE runs SET regressions = {p} WHERE dag_id = {p} AND run_id = {p}",
+                [len(findings), dag_id, run_id],
+            )
 
     @staticmethod
-    def _quarantine(tx: Transaction, run: RunRecord, kind: ResultKind, rows: list[dict[str, Any]],
-                    validation: Validation) -> None:  # fmt: skip
+    def _quarantine(
+        tx: Transaction, run: RunRecord, kind: ResultKind, rows: list[dict[str, Any]], validation: Validation
+    ) -> None:
         first = validation.failures[0] if validation.failures else "run failed validation"
         now = _now()
         tx.executemany(
             f"INSERT INTO quarantine VALUES ({', '.join([tx.p] * 7)})",
-            [[run.dag_id, run.run_id, kind.name, n, json.dumps(row, default=str),
-              "; ".join(validation.row_reasons.get(n, [])) or f"run failed validation: {first}", now]
-             for n, row in enumerate(rows)],
-        )  # fmt: skip
+            [
+                [
+                    run.dag_id,
+                    run.run_id,
+                    kind.name,
+                    n,
+                    json.dumps(row, default=str),
+                    "; ".join(validation.row_reasons.get(n, [])) or f"run failed validation: {first}",
+                    now,
+                ]
+                for n, row in enumerate(rows)
+            ],
+        )
 
     @staticmethod
     def _put_validation(tx: Transaction, run: RunRecord, v: Validation) -> None:
         tx.delete_run("validations", run.dag_id, run.run_id, f" AND suite = {tx.p}", [v.suite])
-        tx.insert("validations", [run.dag_id, run.run_id, v.suite, v.success, v.evaluated, len(v.failures),
-                                  v.rows_checked, json.dumps(v.failures), _now()])  # fmt: skip
+        tx.insert(
+            "validations",
+            [
+                run.dag_id,
+                run.run_id,
+                v.suite,
+                v.success,
+                v.evaluated,
+                len(v.failures),
+                v.rows_checked,
+                json.dumps(v.failures),
+                _now(),
+            ],
+        )
 
     @staticmethod
     def _put_run(tx: Transaction, run: RunRecord) -> None:
@@ -307,14 +350,34 @@ class Warehouse:
         model, count, driver = run.gpu()
         facts = run.host_facts
         versions = {k: facts[k] for k in ("python", "torch", "os") if k in facts}
-        columns = ("dag_id, run_id, campaign, host, payload_sha256, spec_hash, status, started_at, ended_at, "
-                   "rows_loaded, host_facts, detail, logical_date, run_type, conf, gpu_model, gpu_count, gpu_driver, "
-                   "cuda, git_sha, versions")  # fmt: skip
-        values = [run.dag_id, run.run_id, run.campaign, run.host, run.payload_sha256, run.spec_hash, run.status,
-                  run.started_at, run.ended_at, run.rows_loaded, json.dumps(facts, sort_keys=True), run.detail,
-                  run.logical_date, run.run_type, json.dumps(run.conf, sort_keys=True, default=str), model, count,
-                  driver, facts.get("cuda") if facts.get("cuda") not in (None, "None") else "none", run.git_sha,
-                  json.dumps(versions, sort_keys=True)]  # fmt: skip
+        columns = (
+            "dag_id, run_id, campaign, host, payload_sha256, spec_hash, status, started_at, ended_at, "
+            "rows_loaded, host_facts, detail, logical_date, run_type, conf, gpu_model, gpu_count, gpu_driver, "
+            "cuda, git_sha, versions"
+        )
+        values = [
+            run.dag_id,
+            run.run_id,
+            run.campaign,
+            run.host,
+            run.payload_sha256,
+            run.spec_hash,
+            run.status,
+            run.started_at,
+            run.ended_at,
+            run.rows_loaded,
+            json.dumps(facts, sort_keys=True),
+            run.detail,
+            run.logical_date,
+            run.run_type,
+            json.dumps(run.conf, sort_keys=True, default=str),
+            model,
+            count,
+            driver,
+            facts.get("cuda") if facts.get("cuda") not in (None, "None") else "none",
+            run.git_sha,
+            json.dumps(versions, sort_keys=True),
+        ]
         tx.execute(f"INSERT INTO runs ({columns}) VALUES ({', '.join([tx.p] * len(values))})", values)
 
 

@@ -40,8 +40,14 @@ class DuckDBHook(DbApiHook):
     _placeholder = "?"
     supports_autocommit = True
 
-    def __init__(self, *args: Any, path: str | Path | None = None, read_only: bool = False,
-                 lock_wait_s: float = LOCK_WAIT_S, **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *args: Any,
+        path: str | Path | None = None,
+        read_only: bool = False,
+        lock_wait_s: float = LOCK_WAIT_S,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.path = Path(path) if path is not None else None
         self.read_only = read_only
@@ -139,8 +145,10 @@ class WarehousePostgresHook(PostgresHook):
         if self._connection is None:
             self.use(self.connection)
         schema = self._search_path
-        options = [f"-c search_path={schema}" if schema else "", "-c default_transaction_read_only=on" if self.read_only
-                   else ""]  # fmt: skip
+        options = [
+            f"-c search_path={schema}" if schema else "",
+            "-c default_transaction_read_only=on" if self.read_only else "",
+        ]
         self.options = " ".join(o for o in [self._base_options or "", *options] if o) or None
         return super().get_conn()
 

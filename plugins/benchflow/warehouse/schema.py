@@ -61,8 +61,13 @@ def view_statements() -> tuple[list[str], list[str]]:
         "CREATE VIEW metric_history AS SELECT campaign, dag_id, run_id, night, host, gpu_model, run_type, case_key, "
         "metric, mean AS value, n FROM case_summary",
     ]
-    views = ["metric_history", "case_summary", "metric_samples", *(k.wide_view for k in kinds.all_kinds()),
-             *reversed(BASE_VIEWS)]  # fmt: skip
+    views = [
+        "metric_history",
+        "case_summary",
+        "metric_samples",
+        *(k.wide_view for k in kinds.all_kinds()),
+        *reversed(BASE_VIEWS),
+    ]
     return [f"DROP VIEW IF EXISTS {name}" for name in views], creates
 
 
@@ -72,8 +77,10 @@ def migrate(warehouse: Warehouse) -> list[str]:
         schema = getattr(warehouse.hook, "search_path", None)
         if schema:
             tx.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-        tx.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
-                   "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMP WITH TIME ZONE NOT NULL)")
+        tx.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations "
+            "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMP WITH TIME ZONE NOT NULL)"
+        )
         tx.execute("CREATE TABLE IF NOT EXISTS schema_state (name TEXT PRIMARY KEY, sha256 TEXT NOT NULL)")
         done = {row[0] for row in tx.rows("SELECT version FROM schema_migrations")}
         pending = [s for s in sorted(SQL_DIR.glob("[0-9][0-9][0-9][0-9]_*.sql")) if int(s.name[:4]) not in done]
@@ -96,4 +103,3 @@ def migrate(warehouse: Warehouse) -> list[str]:
             tx.insert("schema_state", ["views", digest])
             applied.append("views")
     return applied
-

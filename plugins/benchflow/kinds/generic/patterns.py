@@ -33,8 +33,9 @@ IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # a key that names another p
 class Compiled:
     """One pattern, compiled: its regex, unit, and how its case is found (own group, key regex or name)."""
 
-    def __init__(self, name: str, regex: re.Pattern[str], unit: str, key_regex: re.Pattern[str] | None,
-                 key_name: str | None):  # fmt: skip
+    def __init__(
+        self, name: str, regex: re.Pattern[str], unit: str, key_regex: re.Pattern[str] | None, key_name: str | None
+    ):
         self.name, self.regex, self.unit = name, regex, unit
         self.key_regex, self.key_name = key_regex, key_name
         self.own_key = "key" in regex.groupindex
@@ -117,8 +118,11 @@ def parse(text: str, marker: str = "ALL_DONE", patterns: dict[str, dict[str, Any
                 try:
                     value = to_float(match["value"])
                 except (ValueError, TypeError):
-                    notes.problem(number, f"pattern {pattern.name!r} matched a value that is not a number: "
-                                  f"{str(match['value'])[:60]!r}", dropped=True)  # fmt: skip
+                    notes.problem(
+                        number,
+                        f"pattern {pattern.name!r} matched a value that is not a number: {str(match['value'])[:60]!r}",
+                        dropped=True,
+                    )
                     continue
                 if pattern.own_key and match["key"] is not None:
                     case: str | None = key_text(match["key"])
@@ -128,8 +132,16 @@ def parse(text: str, marker: str = "ALL_DONE", patterns: dict[str, dict[str, Any
                     case = latest.get(pattern.key_name)
                 else:
                     case = None
-                rows.append({"seq": len(rows), "metric": pattern.name, "value": value, "unit": pattern.unit,
-                             "line": number, "case_key": case})  # fmt: skip
+                rows.append(
+                    {
+                        "seq": len(rows),
+                        "metric": pattern.name,
+                        "value": value,
+                        "unit": pattern.unit,
+                        "line": number,
+                        "case_key": case,
+                    }
+                )
     return notes.run(NAME, rows, complete)
 
 

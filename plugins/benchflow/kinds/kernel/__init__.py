@@ -26,8 +26,9 @@ def expectations() -> list[Any]:
     import great_expectations as gx
 
     e = gx.expectations
-    checks: list[Any] = [e.ExpectColumnValuesToNotBeNull(column=c) for c in ("m", "ms_per_call", "tok_per_s",
-                                                                             "us_per_token")]  # fmt: skip
+    checks: list[Any] = [
+        e.ExpectColumnValuesToNotBeNull(column=c) for c in ("m", "ms_per_call", "tok_per_s", "us_per_token")
+    ]
     checks += [
         e.ExpectColumnValuesToBeUnique(column="m"),
         e.ExpectColumnValuesToBeBetween(column="m", min_value=1),
@@ -66,9 +67,21 @@ KIND = ResultKind(
     formats=(table.FORMAT,),
     table="kernel_results",
     columns={
-        "m": "int", "ms_per_call": "float", "tok_per_s": "float", "us_per_token": "float", "note": "text",
-        "p10_ms": "float", "p90_ms": "float", "kernel_ms": "float", "experts": "int", "bytes_read": "float",
-        "gbps": "float", "tflops": "float", "roofline_ms": "float", "pct_roofline": "float", "pct_copy_bw": "float",
+        "m": "int",
+        "ms_per_call": "float",
+        "tok_per_s": "float",
+        "us_per_token": "float",
+        "note": "text",
+        "p10_ms": "float",
+        "p90_ms": "float",
+        "kernel_ms": "float",
+        "experts": "int",
+        "bytes_read": "float",
+        "gbps": "float",
+        "tflops": "float",
+        "roofline_ms": "float",
+        "pct_roofline": "float",
+        "pct_copy_bw": "float",
         "bound": "text",
     },
     key=("m",),
@@ -83,7 +96,6 @@ KIND = ResultKind(
     case_sql="'m=' || CAST(m AS TEXT)",
     point_sql="'m=' || CAST(m AS TEXT)",
     group_sql="NULL",
-
     wide_view="kernel_sweep_wide",
     wide_sql="SELECT v.campaign, v.dag_id, v.run_id, v.night, v.host, v.gpu_model, v.run_type, t.m, t.ms_per_call,"
     " t.tok_per_s, t.us_per_token, t.note, t.p10_ms, t.p90_ms, t.kernel_ms, t.experts, t.bytes_read, t.gbps,"

@@ -33,11 +33,18 @@ COLUMNS_RE = re.compile(
 )
 # extra column header → (row key, scale); text columns have scale None
 EXTRA_COLUMNS: dict[str, tuple[str, float | None]] = {
-    "p10_ms": ("p10_ms", 1.0), "p90_ms": ("p90_ms", 1.0),
-    "kernel_ms": ("kernel_ms", 1.0), "experts": ("experts", 1.0), "bytes_MB": ("bytes_read", 1e6),
-    "GB/s": ("gbps", 1.0), "TFLOP/s": ("tflops", 1.0), "roof_ms": ("roofline_ms", 1.0),
-    "pct_roof": ("pct_roofline", 1.0), "pct_copy": ("pct_copy_bw", 1.0), "bound": ("bound", None),
-}  # fmt: skip
+    "p10_ms": ("p10_ms", 1.0),
+    "p90_ms": ("p90_ms", 1.0),
+    "kernel_ms": ("kernel_ms", 1.0),
+    "experts": ("experts", 1.0),
+    "bytes_MB": ("bytes_read", 1e6),
+    "GB/s": ("gbps", 1.0),
+    "TFLOP/s": ("tflops", 1.0),
+    "roof_ms": ("roofline_ms", 1.0),
+    "pct_roof": ("pct_roofline", 1.0),
+    "pct_copy": ("pct_copy_bw", 1.0),
+    "bound": ("bound", None),
+}
 # 5.189   /   1.2e+03   /   nan   /   -inf   /   Infinity
 _NUM = r"(?:[-+0-9.eE]+|(?i:[-+]?(?:nan|inf(?:inity)?)))"
 # 90 5.189 17344 57.66 10 streams b8
@@ -64,8 +71,9 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
     last: tuple[int, str] | None = None  # a row that did not read: dropped, unless it was cut off mid-write
     for number, line in lines(text):
         if last is not None:  # not the last line after all: the row was malformed, not cut off
-            notes.problem(last[0], f"malformed row (expected: M ms/call tok/s us/token [note]): {last[1][:160]!r}",
-                          dropped=True)  # fmt: skip
+            notes.problem(
+                last[0], f"malformed row (expected: M ms/call tok/s us/token [note]): {last[1][:160]!r}", dropped=True
+            )
             last = None
         stripped = line.strip()
         if stripped == marker:
@@ -120,8 +128,9 @@ def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
         if cut_off_last:
             notes.problem(last[0], f"row cut off mid-write: {last[1][:160]!r}", dropped=True)
         else:
-            notes.problem(last[0], f"malformed row (expected: M ms/call tok/s us/token [note]): {last[1][:160]!r}",
-                          dropped=True)  # fmt: skip
+            notes.problem(
+                last[0], f"malformed row (expected: M ms/call tok/s us/token [note]): {last[1][:160]!r}", dropped=True
+            )
     if not in_table:
         raise ParseError("no 'M ms/call tok/s us/token' column line found")
     if table_end is not None:

@@ -94,8 +94,9 @@ def _bars(measured: pd.DataFrame, title: str) -> Any:
         errors: list[list[float]] = [[], []]
         for level in levels:
             values = measured[(measured["config"] == config) & (measured["concurrency"] == level)]
-            summary = summarize(values["output_throughput"].dropna()) if values["output_throughput"].notna().any() \
-                else None  # fmt: skip
+            summary = (
+                summarize(values["output_throughput"].dropna()) if values["output_throughput"].notna().any() else None
+            )
             heights.append(summary.mean if summary else 0.0)
             errors[0].append(summary.mean - summary.ci_low if summary else 0.0)
             errors[1].append(summary.ci_high - summary.mean if summary else 0.0)
@@ -114,9 +115,19 @@ def _type(column: str) -> ColumnType:
 
 REQUESTS = SideTable(
     table="serving_requests",
-    columns={"config": "text", "concurrency": "int", "repeat": "int", "seq": "int", "ok": "bool",
-             "input_len": "int", "output_tokens": "int", "ttft_ms": "float", "e2e_ms": "float", "mean_itl_ms": "float",
-             "error": "text"},
+    columns={
+        "config": "text",
+        "concurrency": "int",
+        "repeat": "int",
+        "seq": "int",
+        "ok": "bool",
+        "input_len": "int",
+        "output_tokens": "int",
+        "ttft_ms": "float",
+        "e2e_ms": "float",
+        "mean_itl_ms": "float",
+        "error": "text",
+    },
     file="requests.jsonl",
     defaults={"repeat": 1, "error": ""},
 )

@@ -11,29 +11,71 @@ from benchflow.parsing import to_float
 METRICS = ("ttft", "tpot", "itl", "e2e")
 STATS = ("mean", "median", "std", "p90", "p95", "p99", "max")
 COLUMNS = (
-    "config", "concurrency", "repeat", "warmup", "num_prompts", "input_len", "output_len", "completed", "failed",
-    "duration_s", "total_input_tokens",
-    "total_output_tokens", "request_throughput", "input_throughput", "output_throughput", "total_throughput",
-    "peak_output_throughput", "peak_concurrent_requests",
+    "config",
+    "concurrency",
+    "repeat",
+    "warmup",
+    "num_prompts",
+    "input_len",
+    "output_len",
+    "completed",
+    "failed",
+    "duration_s",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "input_throughput",
+    "output_throughput",
+    "total_throughput",
+    "peak_output_throughput",
+    "peak_concurrent_requests",
     *(f"{stat}_{metric}_ms" for metric in METRICS for stat in STATS),
-    "request_rate", "goodput", "accept_length",  # v6 (include/sql/0006_serving_columns.sql)
-)  # fmt: skip
-INTS = ("concurrency", "repeat", "num_prompts", "input_len", "output_len", "completed", "failed", "total_input_tokens",
-        "total_output_tokens", "peak_concurrent_requests")  # fmt: skip
+    "request_rate",
+    "goodput",
+    "accept_length",  # v6 (include/sql/0006_serving_columns.sql)
+)
+INTS = (
+    "concurrency",
+    "repeat",
+    "num_prompts",
+    "input_len",
+    "output_len",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "peak_concurrent_requests",
+)
 
 _JSON_KEYS = {
-    "max_concurrency": "concurrency", "completed": "completed", "failed": "failed", "duration": "duration_s",
-    "total_input_tokens": "total_input_tokens", "total_input": "total_input_tokens",
-    "total_output_tokens": "total_output_tokens", "total_output": "total_output_tokens",
-    "request_throughput": "request_throughput", "input_throughput": "input_throughput",
-    "output_throughput": "output_throughput", "total_token_throughput": "total_throughput",
-    "total_throughput": "total_throughput", "max_output_tokens_per_s": "peak_output_throughput",
-    "max_concurrent_requests": "peak_concurrent_requests", "num_prompts": "num_prompts",
-    "random_input_len": "input_len", "random_output_len": "output_len", "input_len": "input_len",
-    "output_len": "output_len", "request_rate": "request_rate", "request_goodput": "goodput",
-    "goodput": "goodput", "accept_length": "accept_length", "acceptance_length": "accept_length",
-    "spec_decode_acceptance_length": "accept_length", "repeat": "repeat",
-}  # fmt: skip
+    "max_concurrency": "concurrency",
+    "completed": "completed",
+    "failed": "failed",
+    "duration": "duration_s",
+    "total_input_tokens": "total_input_tokens",
+    "total_input": "total_input_tokens",
+    "total_output_tokens": "total_output_tokens",
+    "total_output": "total_output_tokens",
+    "request_throughput": "request_throughput",
+    "input_throughput": "input_throughput",
+    "output_throughput": "output_throughput",
+    "total_token_throughput": "total_throughput",
+    "total_throughput": "total_throughput",
+    "max_output_tokens_per_s": "peak_output_throughput",
+    "max_concurrent_requests": "peak_concurrent_requests",
+    "num_prompts": "num_prompts",
+    "random_input_len": "input_len",
+    "random_output_len": "output_len",
+    "input_len": "input_len",
+    "output_len": "output_len",
+    "request_rate": "request_rate",
+    "request_goodput": "goodput",
+    "goodput": "goodput",
+    "accept_length": "accept_length",
+    "acceptance_length": "accept_length",
+    "spec_decode_acceptance_length": "accept_length",
+    "repeat": "repeat",
+}
 _JSON_LATENCY_RE = re.compile(
     r"^(?P<stat>mean|median|std|p90|p95|p99|max)_(?P<metric>ttft|tpot|itl|e2el|e2e_latency)_ms$"
 )
@@ -68,8 +110,13 @@ def leading_number(text: str) -> tuple[float | None, str]:
     return (0.0 if result == 0 else result), found["rest"].strip()
 
 
-def empty_row(config: str | None = None, concurrency: int | None = None, prompts: int | None = None,
-              repeat: int = 1, warmup: bool = False) -> dict:  # fmt: skip
+def empty_row(
+    config: str | None = None,
+    concurrency: int | None = None,
+    prompts: int | None = None,
+    repeat: int = 1,
+    warmup: bool = False,
+) -> dict:
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
     row.update(config=config or "default", concurrency=concurrency, num_prompts=prompts, repeat=repeat, warmup=warmup)
     return row

@@ -88,38 +88,78 @@ PREFIX_RE = re.compile(
 _DIGIT_RE = re.compile(r"\d")
 
 _METRIC_NAMES = {
-    "ttft": "ttft", "time to first token": "ttft", "tpot": "tpot", "time per output token": "tpot",
-    "itl": "itl", "inter token latency": "itl", "e2e latency": "e2e", "e2el": "e2e", "e2e": "e2e",
-    "end to end latency": "e2e", "e2e latency (end to end)": "e2e",
-}  # fmt: skip
-_STATS = {"mean": "mean", "avg": "mean", "average": "mean", "median": "median", "std": "std", "p90": "p90",
-          "p95": "p95", "p99": "p99", "max": "max"}  # fmt: skip
+    "ttft": "ttft",
+    "time to first token": "ttft",
+    "tpot": "tpot",
+    "time per output token": "tpot",
+    "itl": "itl",
+    "inter token latency": "itl",
+    "e2e latency": "e2e",
+    "e2el": "e2e",
+    "e2e": "e2e",
+    "end to end latency": "e2e",
+    "e2e latency (end to end)": "e2e",
+}
+_STATS = {
+    "mean": "mean",
+    "avg": "mean",
+    "average": "mean",
+    "median": "median",
+    "std": "std",
+    "p90": "p90",
+    "p95": "p95",
+    "p99": "p99",
+    "max": "max",
+}
 # Label synonyms (normalised: lower case, runs of space/-/_ as one space) → column; None: known, not stored.
 _LABELS: dict[str, str | None] = {
-    "backend": None, "architecture": None, "model": None, "model id": None, "tokenizer id": None,
-    "traffic request rate": "request_rate", "request rate": "request_rate",
-    "request rate configured (rps)": "request_rate", "request rate (rps)": "request_rate",
-    "max request concurrency": "concurrency", "maximum request concurrency": "concurrency",
-    "max reqeuest concurrency": "concurrency", "max concurrency": "concurrency",
+    "backend": None,
+    "architecture": None,
+    "model": None,
+    "model id": None,
+    "tokenizer id": None,
+    "traffic request rate": "request_rate",
+    "request rate": "request_rate",
+    "request rate configured (rps)": "request_rate",
+    "request rate (rps)": "request_rate",
+    "max request concurrency": "concurrency",
+    "maximum request concurrency": "concurrency",
+    "max reqeuest concurrency": "concurrency",
+    "max concurrency": "concurrency",
     "concurrency": "concurrency",  # configured only when a whole number; SGLang's achieved mean has decimals
-    "burstiness factor": None, "number of prompts": "num_prompts", "num prompts": "num_prompts",
-    "successful requests": "completed", "failed requests": "failed",
-    "benchmark duration (s)": "duration_s", "benchmark duration": "duration_s",
-    "total input tokens": "total_input_tokens", "total input text tokens": None, "total input vision tokens": None,
-    "total generated tokens": "total_output_tokens", "total output tokens": "total_output_tokens",
+    "burstiness factor": None,
+    "number of prompts": "num_prompts",
+    "num prompts": "num_prompts",
+    "successful requests": "completed",
+    "failed requests": "failed",
+    "benchmark duration (s)": "duration_s",
+    "benchmark duration": "duration_s",
+    "total input tokens": "total_input_tokens",
+    "total input text tokens": None,
+    "total input vision tokens": None,
+    "total generated tokens": "total_output_tokens",
+    "total output tokens": "total_output_tokens",
     "total generated tokens (retokenized)": None,
-    "request throughput (req/s)": "request_throughput", "request goodput (req/s)": "goodput",
+    "request throughput (req/s)": "request_throughput",
+    "request goodput (req/s)": "goodput",
     "goodput (req/s)": "goodput",
-    "input token throughput (tok/s)": "input_throughput", "output token throughput (tok/s)": "output_throughput",
+    "input token throughput (tok/s)": "input_throughput",
+    "output token throughput (tok/s)": "output_throughput",
     "peak output token throughput (tok/s)": "peak_output_throughput",
     "peak concurrent requests": "peak_concurrent_requests",
-    "total token throughput (tok/s)": "total_throughput", "total throughput (tok/s)": "total_throughput",
-    "accept length": "accept_length", "acceptance length": "accept_length",
-    "mean acceptance length": "accept_length", "average acceptance length": "accept_length",
-    "last generation throughput (tok/s)": None, "acceptance rate (%)": None, "drafts": None, "draft tokens": None,
+    "total token throughput (tok/s)": "total_throughput",
+    "total throughput (tok/s)": "total_throughput",
+    "accept length": "accept_length",
+    "acceptance length": "accept_length",
+    "mean acceptance length": "accept_length",
+    "average acceptance length": "accept_length",
+    "last generation throughput (tok/s)": None,
+    "acceptance rate (%)": None,
+    "drafts": None,
+    "draft tokens": None,
     "accepted tokens": None,
     "per position acceptance (%)": None,
-}  # fmt: skip
+}
 _IGNORED_LABEL_RE = re.compile(r"^position \d+$")
 # Lines that tools print above their block (vLLM's benchmark_serving.py): kept for the next block.
 _ABOVE_BLOCK = {"request_rate", "concurrency", "num_prompts"}
@@ -240,16 +280,25 @@ class _Reader:
             self.phase_rows += 1
             if how == "eof" and block.suspended_by != "blank":
                 cut = block.suspended_at if block.suspended_at is not None else at
-                notes.problem(cut, f"result block (line {block.line}) cut off at the end of the output; "
-                              f"kept its {block.values} values, the rest are unknown")  # fmt: skip
+                notes.problem(
+                    cut,
+                    f"result block (line {block.line}) cut off at the end of the output; "
+                    f"kept its {block.values} values, the rest are unknown",
+                )
             elif how in ("phase", "header", "marker") and block.suspended_by != "blank":
                 ended = {"phase": "a sweep phase header", "header": "the next result header", "marker": "the marker"}
-                notes.problem(at, f"result block (line {block.line}) cut short by {ended[how]}; kept its "
-                              f"{block.values} values, the rest are unknown")  # fmt: skip
+                notes.problem(
+                    at,
+                    f"result block (line {block.line}) cut short by {ended[how]}; kept its "
+                    f"{block.values} values, the rest are unknown",
+                )
             elif how != "rule" and block.suspended_by not in ("", "blank"):
                 first = block.odd[0] if block.odd else (block.suspended_at, block.suspended_by)
-                notes.problem(first[0], f"result block (line {block.line}) ended by a line that is not "
-                              f"'label: value': {str(first[1])[:120]!r}; kept its {block.values} values")  # fmt: skip
+                notes.problem(
+                    first[0],
+                    f"result block (line {block.line}) ended by a line that is not "
+                    f"'label: value': {str(first[1])[:120]!r}; kept its {block.values} values",
+                )
         for number_, odd in block.odd[1 if how != "rule" else 0 :][:3]:
             notes.warn(number_, f"skipped a line inside a result block: {odd[:120]!r}")
         self.block = None

@@ -93,8 +93,15 @@ def head(text: str) -> str:
 _OBJECT_LINE_RE = re.compile(r"^[ \t]*\[?[ \t]*\{", re.M)  # {"completed": ...   /     {   /   [{
 
 
-RESULT_KEYS = ('"output_throughput"', '"completed"', '"request_throughput"', '"total_input_tokens"', '"duration"',
-               '"mean_ttft_ms"', '"median_ttft_ms"')  # fmt: skip
+RESULT_KEYS = (
+    '"output_throughput"',
+    '"completed"',
+    '"request_throughput"',
+    '"total_input_tokens"',
+    '"duration"',
+    '"mean_ttft_ms"',
+    '"median_ttft_ms"',
+)
 
 
 def results(sample: str) -> bool:
