@@ -22,8 +22,8 @@ with DAG(
 
     @task
     def render_plots(**context: Any) -> list[str]:
+        from benchflow import artifacts
         from benchflow.analysis import report
-        from benchflow.pipeline import artifact_store
         from benchflow.warehouse import Warehouse
 
         warehouse = Warehouse.from_airflow(read_only=True)
@@ -34,7 +34,7 @@ with DAG(
                 extra = event.extra or {}
                 if "dag_id" not in extra:
                     continue
-                out = artifact_store(extra["dag_id"], extra["run_id"]) / "report"
+                out = artifacts.store(extra["dag_id"], extra["run_id"]) / artifacts.REPORT_DIR
                 written += report.render(warehouse, extra["dag_id"], extra["run_id"], out)
         for path in written:
             print(f"plot: {path}")

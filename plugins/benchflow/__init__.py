@@ -1,8 +1,12 @@
 """benchflow: GPU inference benchmark campaigns as Airflow DAGs.
 
-Modules are small and pure where they can be: ``spec`` (campaign specs), ``remote`` (shell command
-builders), ``hosts`` (where commands run), ``manifest`` (payload hashing), ``parsers`` (text to
-tidy rows), ``expectations`` (GX suites), ``warehouse`` (DuckDB tables), ``factory`` (spec to DAG).
-Heavy libraries (pandas, GX, duckdb, torch) are imported inside functions, never at module level,
-so that parsing the DAG folder stays cheap.
+The package by concern (the README's Layout table has one line each): ``spec`` and ``params`` (campaign specs and
+the trigger form), ``kinds`` (each result kind declared as data: formats, columns, key, trends, suite),
+``hosts`` and ``remote`` (where commands run, the commands), ``cleanup`` (undoing a run on its host),
+``operators``/``triggers`` (behaviour), ``factory`` (spec to DAG), ``pipeline`` and ``artifacts`` (the steps after
+the host work, the run's files), ``records`` (what a run produced), ``expectations`` (GX), ``warehouse`` (every
+SQL statement: schema, loads, named queries), ``analysis`` and ``stats`` (regressions, comparisons, plots),
+``ui`` (the Benchmarks view), ``runner`` (the quiet ``bench run``), ``local_stack`` (``bench up``), ``cli``.
+Heavy libraries (pandas, GX, duckdb, torch) are imported inside functions, never at module level, so that
+parsing the DAG folder stays cheap.
 """

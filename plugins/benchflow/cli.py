@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from benchflow.airflow_setup import configure_airflow, ensure_pools
 
@@ -96,7 +98,7 @@ def cmd_pools(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """One campaign through Airflow (``dag.test`` in a child process), quietly: a line per task, the wait's
-    progress, the table; Airflow's logs in a file (``-v`` shows them). See :mod:`benchflow.progress`."""
+    progress, the table; Airflow's logs in a file (``-v`` shows them). See :mod:`benchflow.runner`."""
     from benchflow.spec import SpecError, find_spec, load_spec
 
     try:
@@ -112,9 +114,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"--conf is not JSON: {exc}", file=sys.stderr)
             return 2
     configure_airflow()
-    from benchflow import progress
+    from benchflow import runner
 
-    return progress.run(spec, Path(path).resolve(), args.conf, verbose=args.verbose)
+    return runner.run(spec, Path(path).resolve(), args.conf, verbose=args.verbose)
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
@@ -188,78 +190,66 @@ def cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def arg(*names: str, **options: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
+    return names, options
+
+
+# Every subcommand: name, function, help line, description, arguments.
+SUBCOMMANDS: list[tuple[str, Callable[[argparse.Namespace], int], str, str, list[Any]]] = [
+    ("validate", cmd_validate, "check campaign specs", "Check campaign specs.", [
+        arg("specs", nargs="*", help="spec files (default: every spec in include/campaigns/)"),
+    ]),
+    ("parse", cmd_parse, "print the tidy rows of a benchmark output as JSON lines",
+     "Parse a benchmark output; exit 1 naming the line if it is malformed.", [
+        arg("file"),
+        arg("--kind", help="result kind (detected when not given)"),
+        arg("--format", help="output format of the kind (detected when not given)"),
+        arg("--marker", default="ALL_DONE", help="done marker line (default: ALL_DONE)"),
+        arg("--spec", help="read the output as this campaign does (its parser, patterns and marker)"),
+    ]),
+    ("run", cmd_run, "run a campaign through Airflow and print its rows",
+     "Run one campaign through Airflow (dag.test) and print the loaded rows.", [
+        arg("campaign", help="campaign name (include/campaigns/<name>.yaml) or a spec path"),
+        arg("--conf", help="JSON conf for the run"),
+        arg("-v", "--verbose", action="store_true", help="show Airflow's logs too (always in a file)"),
+    ]),
+    ("sql", cmd_sql, "query the results warehouse (read-only)",
+     "Run a read-only query against the results warehouse.", [
+        arg("query", help='SQL, e.g. "SELECT * FROM runs ORDER BY started_at DESC LIMIT 5"'),
+    ]),
+    ("compare", cmd_compare, "compare two configs, runs or nights",
+     "Compare side B with side A at every point both have (a concurrency, an M): the ratio of their means with its "
+     "95 %% interval (Welch's t on the logs over the repeats) and whether the difference is real. A side is "
+     "CAMPAIGN[:CONFIG][@RUN_ID or @YYYY-MM-DD]; without @, the latest valid run.", [
+        arg("a", help="the reference, e.g. serving_tp4 or serving_local:single"),
+        arg("b", help="the other side, e.g. serving_pd or serving_local:pd@2026-11-28"),
+        arg("--point", help="one point only, e.g. concurrency=16 or m=256"),
+        arg("--metric", help="one metric only, e.g. output_throughput"),
+    ]),
+    ("migrate", cmd_migrate, "create or update the warehouse schema",
+     "Apply pending warehouse migrations and rebuild changed views.", []),
+    ("pools", cmd_pools, "create the host pools", "Create the one-slot Airflow pool of every spec's host.", []),
+    ("up", cmd_up, "start Airflow for this project on this machine (no Docker)",
+     "Start the api-server, scheduler, dag-processor and triggerer (LocalExecutor) for this project, create the "
+     "pools and the warehouse schema, print the URL and the login.", [
+        arg("--port", type=int, help="the UI's port (default 8080, or BENCH_UP_PORT)"),
+        arg("--db", help="metadata DB: postgres, sqlite or a SQLAlchemy URI (default: the local PostgreSQL if it "
+            "answers, else SQLite)"),
+    ]),
+    ("down", cmd_down, "stop what bench up started", "Stop what bench up started.", []),
+]  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    validate = sub.add_parser("validate", help="check campaign specs", description="Check campaign specs.")
-    validate.add_argument("specs", nargs="*", help="spec files (default: every spec in include/campaigns/)")
-    validate.set_defaults(func=cmd_validate)
-    parse = sub.add_parser(
-        "parse",
-        help="print the tidy rows of a benchmark output as JSON lines",
-        description="Parse a benchmark output; exit 1 naming the line if it is malformed.",
-    )
-    parse.add_argument("file")
-    parse.add_argument("--kind", help="result kind (detected when not given)")
-    parse.add_argument("--format", help="output format of the kind (detected when not given)")
-    parse.add_argument("--marker", default="ALL_DONE", help="done marker line (default: ALL_DONE)")
-    parse.add_argument("--spec", help="read the output as this campaign does (its parser, patterns and marker)")
-    parse.set_defaults(func=cmd_parse)
-    run = sub.add_parser(
-        "run",
-        help="run a campaign through Airflow and print its rows",
-        description="Run one campaign through Airflow (dag.test) and print the loaded rows.",
-    )
-    run.add_argument("campaign", help="campaign name (include/campaigns/<name>.yaml) or a spec path")
-    run.add_argument("--conf", help="JSON conf for the run")
-    run.add_argument("-v", "--verbose", action="store_true", help="show Airflow's logs too (always in a file)")
-    run.set_defaults(func=cmd_run)
-    sql = sub.add_parser(
-        "sql",
-        help="query the results warehouse (read-only)",
-        description="Run a read-only query against the results warehouse.",
-    )
-    sql.add_argument("query", help='SQL, e.g. "SELECT * FROM runs ORDER BY started_at DESC LIMIT 5"')
-    sql.set_defaults(func=cmd_sql)
-    comparison = sub.add_parser(
-        "compare",
-        help="compare two configs, runs or nights",
-        description="Compare side B with side A at every point both have (a concurrency, an M): the ratio of "
-        "their means with its 95 %% interval (Welch's t on the logs over the repeats) and whether the difference is "
-        "real. A side is CAMPAIGN[:CONFIG][@RUN_ID or @YYYY-MM-DD]; without @, the latest valid run.",
-    )
-    comparison.add_argument("a", help="the reference, e.g. serving_tp4 or serving_local:single")
-    comparison.add_argument("b", help="the other side, e.g. serving_pd or serving_local:pd@2026-11-28")
-    comparison.add_argument("--point", help="one point only, e.g. concurrency=16 or m=256")
-    comparison.add_argument("--metric", help="one metric only, e.g. output_throughput")
-    comparison.set_defaults(func=cmd_compare)
-    migrate = sub.add_parser(
-        "migrate",
-        help="create or update the warehouse schema",
-        description="Apply pending warehouse migrations and rebuild changed views.",
-    )
-    migrate.set_defaults(func=cmd_migrate)
-    pools = sub.add_parser(
-        "pools", help="create the host pools", description="Create the one-slot Airflow pool of every spec's host."
-    )
-    pools.set_defaults(func=cmd_pools)
-    up = sub.add_parser(
-        "up",
-        help="start Airflow for this project on this machine (no Docker)",
-        description="Start the api-server, scheduler, dag-processor and triggerer (LocalExecutor) for this "
-        "project, create the pools and the warehouse schema, print the URL and the login.",
-    )
-    up.add_argument("--port", type=int, help="the UI's port (default 8080, or BENCH_UP_PORT)")
-    up.add_argument(
-        "--db",
-        help="metadata DB: postgres, sqlite or a SQLAlchemy URI (default: the local "
-        "PostgreSQL if it answers, else SQLite)",
-    )
-    up.set_defaults(func=cmd_up)
-    down = sub.add_parser("down", help="stop what bench up started", description="Stop what bench up started.")
-    down.set_defaults(func=cmd_down)
+    for name, func, help_line, description, arguments in SUBCOMMANDS:
+        command = sub.add_parser(name, help=help_line, description=description)
+        for names, options in arguments:
+            command.add_argument(*names, **options)
+        command.set_defaults(func=func)
     return parser
 
 

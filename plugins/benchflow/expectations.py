@@ -8,31 +8,15 @@ ordinary, readable GX expectation with its own result.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from benchflow.records import Validation
 
 if TYPE_CHECKING:
     from benchflow.kinds import ResultKind
 
 
-@dataclass
-class ValidationOutcome:
-    suite: str
-    success: bool
-    evaluated: int
-    failed: list[str] = field(default_factory=list)
-    # row position → reasons, for rows that a failed expectation names
-    row_reasons: dict[int, list[str]] = field(default_factory=dict)
-
-    def summary(self) -> str:
-        if self.success:
-            return f"GX suite {self.suite!r}: all {self.evaluated} expectations passed"
-        lines = [f"GX suite {self.suite!r}: {len(self.failed)} of {self.evaluated} expectations failed:"]
-        lines += [f"  - {item}" for item in self.failed]
-        return "\n".join(lines)
-
-
-def validate_rows(kind: ResultKind, rows: list[dict[str, Any]], **params: Any) -> ValidationOutcome:
+def validate_rows(kind: ResultKind, rows: list[dict[str, Any]], **params: Any) -> Validation:
     """Run the suite of ``kind`` over ``rows``; never raises on failed expectations.
 
     ``params`` reach the kind's expectations (the serving suite takes ``swept``, the levels swept).
@@ -49,7 +33,7 @@ def validate_rows(kind: ResultKind, rows: list[dict[str, Any]], **params: Any) -
     definition = context.validation_definitions.add(gx.ValidationDefinition(name=name, data=batch, suite=suite))
     result = definition.run(batch_parameters={"dataframe": frame}, result_format="COMPLETE")
 
-    outcome = ValidationOutcome(name, bool(result.success), len(result.results))
+    outcome = Validation(name, bool(result.success), len(result.results), [], len(rows))
     for item in result.results:
         if item.success:
             continue
@@ -61,7 +45,7 @@ def validate_rows(kind: ResultKind, rows: list[dict[str, Any]], **params: Any) -
         details = item.result or {}
         indexes = details.get("unexpected_index_list") or []
         examples = details.get("partial_unexpected_list") or []
-        outcome.failed.append(f"{name}: {details.get('unexpected_count', '?')} unexpected, e.g. {examples[:3]}")
+        outcome.failures.append(f"{name}: {details.get('unexpected_count', '?')} unexpected, e.g. {examples[:3]}")
         for index in indexes:
             outcome.row_reasons.setdefault(int(index), []).append(name)
     return outcome

@@ -27,9 +27,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk import DAG, BaseOperator, Param, TaskGroup, TriggerRule
+from airflow.sdk import DAG, BaseOperator, Param, TaskGroup, TriggerRule, XComArg
 
 from benchflow.operators import (
+    ARGS_KEY,
     AcquireHostSensor,
     DeployPayloadOperator,
     DoneMarkerSensor,
@@ -39,10 +40,11 @@ from benchflow.operators import (
     LaunchServersOperator,
     PreflightOperator,
     ReleaseHostOperator,
+    RestoreServicesOperator,
     ServersReadySensor,
-    ServicesOperator,
     StopBenchmarkOperator,
     StopServersOperator,
+    StopServicesOperator,
 )
 from benchflow.params import param_schemas
 from benchflow.pipeline import RESULTS_ASSET
@@ -97,7 +99,6 @@ def build_checked(spec: CampaignSpec) -> DAG:
 
 def build_dag(spec: CampaignSpec) -> DAG:
     timeouts = spec.timeouts
-    lease_s = spec.lease_seconds()
     with DAG(
         dag_id=spec.dag_id,
         description=spec.description or None,
@@ -105,86 +106,92 @@ def build_dag(spec: CampaignSpec) -> DAG:
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
-        dagrun_timeout=_seconds(timeouts.host_wait + lease_s),
+        dagrun_timeout=_seconds(timeouts.host_wait + spec.lease_seconds()),
         tags=["bench", spec.kind, *spec.tags],
         doc_md=f"**{spec.name}** ({spec.kind} campaign on host `{spec.host}`)\n\n{spec.description}\n\n"
         f"Spec: `include/campaigns/{spec.name}.yaml` (sha256 `{spec.spec_hash()[:12]}`)\n\n{__doc__}",
         default_args={"retries": spec.retries, "retry_delay": timedelta(seconds=30)},
     ) as dag:
         on_host: dict[str, Any] = {"host_id": spec.host, "pool": spec.pool}
-        preflight = PreflightOperator(
-            task_id="preflight",
-            benchmark_args=dict(spec.benchmark.args),
-            serving=bool(spec.configs),
-            execution_timeout=_seconds(timeouts.preflight),
-            **on_host,
-        )
-        acquire = AcquireHostSensor(
-            task_id="acquire_host",
-            lease_ttl_s=lease_s,
-            timeout=timeouts.host_wait,
-            poke_interval=timeouts.host_poke_interval,
-            retries=0,
-            **on_host,
-        )
-        stop = ServicesOperator(
-            task_id="stop_services",
-            services=spec.services,
-            action="stop",
-            execution_timeout=_seconds(timeouts.services),
-            **on_host,
-        )
-        free = GpusFreeSensor(
-            task_id="gpus_free",
-            max_used_mib=spec.gpus_free.max_used_mib,
-            wait_s=spec.gpus_free.wait,
-            poke_interval=spec.gpus_free.poke_interval,
-            retries=0,
-            **on_host,
-        )
-        deploy = DeployPayloadOperator(
-            task_id="deploy_payload",
-            payload=spec.payload,
-            requires=spec.requires,
-            execution_timeout=_seconds(timeouts.deploy),
-            **on_host,
-        )
-        restore = ServicesOperator(
-            task_id="restore_services",
-            services=spec.services,
-            action="start",
-            execution_timeout=_seconds(timeouts.services),
-            **on_host,
-        )
-        jobs, last = _benchmark_stages(spec, deploy, on_host)
-        fetch = FetchArtifactsOperator(
-            task_id="fetch_artifacts",
-            files=[spec.benchmark.output, *(s.file for s in spec.result_kind.side_tables)],
-            jobs=jobs,
-            trigger_rule=TriggerRule.ALL_DONE,
-            execution_timeout=_seconds(timeouts.fetch),
-            **on_host,
-        )
-        release = ReleaseHostOperator(task_id="release_host", execution_timeout=_seconds(120), **on_host)
-        preflight >> acquire >> stop >> free >> deploy
-        last >> [restore, fetch]
-        restore.as_teardown(setups=stop, on_failure_fail_dagrun=True)
-        [restore, fetch] >> release
-        release.as_teardown(setups=acquire, on_failure_fail_dagrun=True)
-        _results(spec, fetch, preflight, deploy)
+        preflight, deploy, fetch = _host_stages(spec, on_host)
+        _results(spec, preflight, deploy, fetch)
     # The trigger form's Params go on the DAG once its tasks exist: every operator created inside a DAG
     # deep-copies the DAG's Params (several times, once per __init__ in its class chain), and a run merges
     # the DAG's Params into every task's context anyway.
-    for name, (default, schema) in param_schemas(dict(spec.benchmark.args), bool(spec.configs)).items():
+    form = spec.result_kind.form
+    for name, (default, schema) in param_schemas(dict(spec.benchmark.args), bool(spec.configs), form).items():
         dag.params[name] = Param(default, **schema)
     return dag
 
 
-def _benchmark_stages(spec: CampaignSpec, deploy: BaseOperator, on_host: dict[str, Any]) -> tuple[list[str], Any]:
+def _host_stages(spec: CampaignSpec, on_host: dict[str, Any]) -> tuple[BaseOperator, BaseOperator, BaseOperator]:
+    """preflight → acquire_host → stop_services → gpus_free → deploy_payload → (the benchmark stages) →
+    fetch_artifacts, with the teardowns restore_services and release_host. Returns the tasks whose XComs the
+    results use: preflight, deploy and fetch."""
+    timeouts = spec.timeouts
+    preflight = PreflightOperator(
+        task_id="preflight",
+        benchmark_args=dict(spec.benchmark.args),
+        serving=bool(spec.configs),
+        form=dict(spec.result_kind.form),
+        execution_timeout=_seconds(timeouts.preflight),
+        **on_host,
+    )
+    acquire = AcquireHostSensor(
+        task_id="acquire_host",
+        lease_ttl_s=spec.lease_seconds(),
+        timeout=timeouts.host_wait,
+        poke_interval=timeouts.host_poke_interval,
+        retries=0,
+        **on_host,
+    )
+    stop = StopServicesOperator(
+        task_id="stop_services", services=spec.services, execution_timeout=_seconds(timeouts.services), **on_host
+    )
+    free = GpusFreeSensor(
+        task_id="gpus_free",
+        max_used_mib=spec.gpus_free.max_used_mib,
+        wait_s=spec.gpus_free.wait,
+        poke_interval=spec.gpus_free.poke_interval,
+        retries=0,
+        **on_host,
+    )
+    deploy = DeployPayloadOperator(
+        task_id="deploy_payload",
+        payload=spec.payload,
+        requires=spec.requires,
+        execution_timeout=_seconds(timeouts.deploy),
+        **on_host,
+    )
+    restore = RestoreServicesOperator(
+        task_id="restore_services", services=spec.services, execution_timeout=_seconds(timeouts.services), **on_host
+    )
+    jobs, last = _benchmark_stages(spec, preflight, deploy, on_host)
+    fetch = FetchArtifactsOperator(
+        task_id="fetch_artifacts",
+        files=[spec.benchmark.output, *(s.file for s in spec.result_kind.side_tables)],
+        jobs=jobs,
+        trigger_rule=TriggerRule.ALL_DONE,
+        execution_timeout=_seconds(timeouts.fetch),
+        **on_host,
+    )
+    release = ReleaseHostOperator(task_id="release_host", execution_timeout=_seconds(120), **on_host)
+    preflight >> acquire >> stop >> free >> deploy
+    last >> [restore, fetch]
+    restore.as_teardown(setups=stop, on_failure_fail_dagrun=True)
+    [restore, fetch] >> release
+    release.as_teardown(setups=acquire, on_failure_fail_dagrun=True)
+    return preflight, deploy, fetch
+
+
+def _benchmark_stages(
+    spec: CampaignSpec, preflight: BaseOperator, deploy: BaseOperator, on_host: dict[str, Any]
+) -> tuple[list[str], Any]:
     """The benchmark job (a kernel campaign), or one task group per serving config run in turn.
     Returns the job names whose logs to fetch and the last task of the stage."""
+    run_args = XComArg(preflight, key=ARGS_KEY)
     if not spec.configs:
-        first, last = _benchmark_chain(spec, "bench", dict(spec.benchmark.args), on_host)
+        first, last = _benchmark_chain(spec, "bench", run_args, {}, on_host)
         deploy >> first
         return ["bench"], last
     jobs: list[str] = []
@@ -192,23 +199,15 @@ def _benchmark_stages(spec: CampaignSpec, deploy: BaseOperator, on_host: dict[st
     for config in spec.configs:
         jobs.append(f"bench_{config.name}")
         with TaskGroup(group_id=f"config_{config.name}"):
-            up, down = _config_stage(spec, config, on_host)
+            up, down = _config_stage(spec, config, run_args, on_host)
         previous >> up
         previous = down
     return jobs, previous
 
 
-def _config_stage(spec: CampaignSpec, config: ServingConfig, on_host: dict[str, Any]) -> tuple[Any, Any]:
+def _config_stage(spec: CampaignSpec, config: ServingConfig, run_args: Any, on_host: dict[str, Any]) -> tuple[Any, Any]:
     timeouts = spec.timeouts
-    bench = spec.benchmark
-    repeats = bench.repeats or spec.result_kind.default_repeats
-    args = {
-        **bench.args,
-        "label": config.name,
-        "base_url": f"http://127.0.0.1:{config.endpoint.port}",
-        "repeats": repeats,
-        "warmup": bench.warmup,
-    }  # the sweep driver's contract
+    stage_args = spec.result_kind.config_args(spec.benchmark, config)
     servers_up = LaunchServersOperator(
         task_id="launch_servers", config=config, execution_timeout=_seconds(timeouts.server_launch), **on_host
     )
@@ -220,7 +219,7 @@ def _config_stage(spec: CampaignSpec, config: ServingConfig, on_host: dict[str, 
         retries=0,
         **on_host,
     )
-    first, stop_bench = _benchmark_chain(spec, f"bench_{config.name}", args, on_host)
+    first, stop_bench = _benchmark_chain(spec, f"bench_{config.name}", run_args, stage_args, on_host)
     servers_down = StopServersOperator(
         task_id="stop_servers", config=config, execution_timeout=_seconds(timeouts.server_launch), **on_host
     )
@@ -230,12 +229,15 @@ def _config_stage(spec: CampaignSpec, config: ServingConfig, on_host: dict[str, 
     return servers_up, servers_down
 
 
-def _benchmark_chain(spec: CampaignSpec, job: str, args: dict[str, Any], on_host: dict[str, Any]) -> tuple[Any, Any]:
+def _benchmark_chain(
+    spec: CampaignSpec, job: str, run_args: Any, stage_args: dict[str, Any], on_host: dict[str, Any]
+) -> tuple[Any, Any]:
     bench, timeouts = spec.benchmark, spec.timeouts
     launch = LaunchBenchmarkOperator(
         task_id="launch_benchmark",
         script=bench.script,
-        args=args,
+        run_args=run_args,
+        stage_args=stage_args,
         output=bench.output,
         marker=bench.marker,
         job=job,
@@ -260,7 +262,7 @@ def _benchmark_chain(spec: CampaignSpec, job: str, args: dict[str, Any], on_host
     return launch, stop_bench
 
 
-def _results(spec: CampaignSpec, fetch: BaseOperator, preflight: BaseOperator, deploy: BaseOperator) -> None:
+def _results(spec: CampaignSpec, preflight: BaseOperator, deploy: BaseOperator, fetch: BaseOperator) -> None:
     """parse → validate → load → detect_regressions → verdict: each a PythonOperator running a pipeline step
     (:mod:`benchflow.pipeline`, XCom dicts in and out). Plain operators rather than TaskFlow: a TaskFlow task
     costs five times as much to build at every DAG parse, and here they would only wrap these calls."""
@@ -269,8 +271,9 @@ def _results(spec: CampaignSpec, fetch: BaseOperator, preflight: BaseOperator, d
     def run(name: str, callable_: Any, **kwargs: Any) -> PythonOperator:
         return PythonOperator(task_id=name, python_callable=partial(callable_, spec), **kwargs)
 
-    parse = run("parse", step.parse_task, op_kwargs={"fetched": fetch.output})
-    validate = run("validate", step.validate_task, op_kwargs={"parsed": parse.output})
+    run_args = XComArg(preflight, key=ARGS_KEY)
+    parse = run("parse", step.parse_task, op_kwargs={"fetched": fetch.output, "run_args": run_args})
+    validate = run("validate", step.validate_task, op_kwargs={"parsed": parse.output, "run_args": run_args})
     load = run(
         "load",
         step.load_task,

@@ -75,26 +75,12 @@ def _postgres_uri(database: str) -> str | None:
     """The local PostgreSQL server's URI for ``database`` (created when missing), or None if it is not there."""
     if not port_open(*PG_SERVER):
         return None
-    try:
-        import psycopg2
-    except ImportError:
-        return None
     host, port = PG_SERVER
     user = os.environ.get("BENCH_UP_PG_USER", "postgres")
-    try:
-        con = psycopg2.connect(host=host, port=port, user=user, dbname="postgres", connect_timeout=5)
-    except psycopg2.Error:
+    from benchflow.warehouse.hooks import ensure_postgres_database
+
+    if not ensure_postgres_database(host, port, user, database):
         return None
-    try:
-        con.autocommit = True
-        cur = con.cursor()
-        cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database])
-        if cur.fetchone() is None:
-            cur.execute(f'CREATE DATABASE "{database}"')
-    except psycopg2.Error:
-        return None
-    finally:
-        con.close()
     return f"postgresql+psycopg2://{user}@{host}:{port}/{database}"
 
 

@@ -1,21 +1,22 @@
 """Operators for the remote steps of a campaign: behaviour only. Each works on one host through
-:mod:`benchflow.hosts` and builds its commands with :mod:`benchflow.remote`; none holds shell text.
+:mod:`benchflow.hosts`, builds its commands with :mod:`benchflow.remote` (the only shell text they pass on is
+the campaign author's own: service and server commands) and undoes a run with :mod:`benchflow.cleanup`.
 
-All of a run's state lives in its run directory on the host (``<workdir>/<dag_id>/<run key>``), so
-any task can be retried or cleared and find what it needs there.
+All of a run's state lives in its run directory on the host (``<workdir>/<dag_id>/<run key>``), so any task
+can be retried or cleared and find what it needs there. A teardown's work is its :meth:`undo`, a call of
+plain clean-up functions with the run's ids only, which ``bench run`` also calls when a signal ends a run.
 """
 
 from __future__ import annotations
 
-import shlex
 from datetime import timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from benchflow import params
+from benchflow import cleanup, params
 from benchflow.hosts import Host, HostError, get_host
 from benchflow.manifest import MANIFEST_NAME
 from benchflow.paths import kernels_dir
@@ -27,8 +28,9 @@ if TYPE_CHECKING:
 
     from benchflow.spec import Server, Service, ServingConfig
 
-LOG_TAIL_LINES = 20
 BENCH_JOB = "bench"
+LOG_TAIL_LINES = jobs.LOG_TAIL_LINES
+ARGS_KEY = "args"  # preflight's XCom of the run's resolved benchmark arguments
 
 
 class HostOperator(BaseOperator):
@@ -48,11 +50,11 @@ class HostOperator(BaseOperator):
     def rundir(self, context: Context) -> str:
         return layout.run_dir(self.host.workdir, context["dag"].dag_id, context["run_id"])
 
-    def lease_owner(self, context: Context) -> str:
-        return layout.lease_owner(context["dag"].dag_id, context["run_id"])
-
     def job(self, context: Context, name: str | None = None) -> RemoteJobPaths:
-        return layout.job_paths(self.rundir(context), name or self.job_name)
+        return self.job_of(context["dag"].dag_id, context["run_id"], name)
+
+    def job_of(self, dag_id: str, run_id: str, name: str | None = None) -> RemoteJobPaths:
+        return layout.job_paths(layout.run_dir(self.host.workdir, dag_id, run_id), name or self.job_name)
 
     def status(self, paths: RemoteJobPaths, marker: str = "-") -> jobs.JobStatus:
         """One round trip for a job's exit code, liveness, marker and newest log line."""
@@ -65,20 +67,42 @@ class HostOperator(BaseOperator):
         return self.execution_timeout.total_seconds() if self.execution_timeout else default
 
 
+class TeardownOperator(HostOperator):
+    """A step that undoes part of a run: its work is :meth:`undo` (plain clean-up functions, the run's ids only),
+    so that ``bench run`` can do the same when a signal ends a run before its teardowns ran."""
+
+    def execute(self, context: Context) -> Any:
+        outcome = self.undo(context["dag"].dag_id, context["run_id"])
+        self.log.info("%s", outcome)
+        return outcome
+
+    def undo(self, dag_id: str, run_id: str) -> Any:
+        raise NotImplementedError
+
+
 class PreflightOperator(HostOperator):
     """Check the run's params, then read host facts (GPUs, driver, disk, python/torch versions); fail when
     the payload cannot run there. A bad param fails here, before any command reaches the host."""
 
-    def __init__(self, *, benchmark_args: dict[str, Any] | None = None, serving: bool = False, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        benchmark_args: dict[str, Any] | None = None,
+        serving: bool = False,
+        form: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.benchmark_args = benchmark_args or {}
         self.serving = serving
+        self.form = form or {}
 
     def execute(self, context: Context) -> dict[str, str]:
         try:
-            params.check_conf(self.benchmark_args, self.serving, context.get("params"))
+            resolved = params.check_conf(self.benchmark_args, self.serving, context.get("params"), self.form)
         except ValueError as exc:
             raise AirflowFailException(f"trigger conf refused, nothing ran on the host: {exc}") from None
+        context["ti"].xcom_push(key=ARGS_KEY, value=resolved)
         result = self.host.check(
             preflight.facts_command(self.host.python, self.host.workdir),
             timeout=self.timeout_s(),
@@ -90,38 +114,36 @@ class PreflightOperator(HostOperator):
         return facts
 
 
-class ServicesOperator(HostOperator):
-    """Stop the services that hold the GPUs (``action='stop'``) or start them again (``'start'``).
+class StopServicesOperator(HostOperator):
+    """Stop the services that hold the GPUs. A stop that fails part-way starts again what it had stopped before
+    failing, since its teardown (:class:`RestoreServicesOperator`) only runs after it succeeded."""
 
-    A stop that fails part-way starts again what it had stopped before failing, since a teardown
-    only runs after its setup succeeded.
-    """
-
-    def __init__(self, *, services: list[Service], action: Literal["stop", "start"], **kwargs: Any):
+    def __init__(self, *, services: list[Service], **kwargs: Any):
         super().__init__(**kwargs)
         self.services = services
-        self.action = action
-
-    def _run(self, service: Service, action: Literal["stop", "start"]) -> None:
-        command = service.stop if action == "stop" else service.start
-        self.log.info("%s service %s: %s", action, service.name, command)
-        self.host.check(command, timeout=self.timeout_s(300), what=f"{action} service {service.name!r}")
 
     def execute(self, context: Context) -> list[str]:
-        if self.action == "start":
-            for service in self.services:
-                self._run(service, "start")
-            return [s.name for s in self.services]
         stopped: list[Service] = []
         for service in self.services:
+            self.log.info("stop service %s: %s", service.name, service.stop)
             try:
-                self._run(service, "stop")
+                self.host.check(service.stop, timeout=self.timeout_s(300), what=f"stop service {service.name!r}")
             except HostError:
-                for done in reversed(stopped):
-                    self._run(done, "start")
+                cleanup.restore_services(self.host, reversed(stopped), self.timeout_s(300))
                 raise
             stopped.append(service)
         return [s.name for s in stopped]
+
+
+class RestoreServicesOperator(TeardownOperator):
+    """Teardown: start the stopped services again."""
+
+    def __init__(self, *, services: list[Service], **kwargs: Any):
+        super().__init__(**kwargs)
+        self.services = services
+
+    def undo(self, dag_id: str, run_id: str) -> list[str]:
+        return cleanup.restore_services(self.host, self.services, self.timeout_s(300))
 
 
 class GpusFreeSensor(HostOperator, BaseSensorOperator):
@@ -190,12 +212,26 @@ class DeployPayloadOperator(HostOperator):
 class LaunchBenchmarkOperator(HostOperator):
     """Start the payload's bench script detached; re-attach when this run's job already exists.
 
-    The script is called as ``python <script> <args> --out <run dir>/<output> --marker <marker>``.
+    The script is called as ``python <script> <args> --out <run dir>/<output> --marker <marker>``, its arguments
+    the run's as preflight resolved them (``run_args``, an XCom) plus the stage's own (``stage_args``: a serving
+    config's label and endpoint).
     """
 
-    def __init__(self, *, script: str, args: dict[str, Any], output: str, marker: str, **kwargs: Any):
+    template_fields = ("run_args",)
+
+    def __init__(
+        self,
+        *,
+        script: str,
+        run_args: Any,
+        stage_args: dict[str, Any] | None = None,
+        output: str,
+        marker: str,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
-        self.script, self.args, self.output_file, self.marker = script, args, output, marker
+        self.script, self.run_args, self.stage_args = script, run_args, stage_args or {}
+        self.output_file, self.marker = output, marker
 
     def execute(self, context: Context) -> dict[str, Any]:
         paths = self.job(context)
@@ -204,23 +240,15 @@ class LaunchBenchmarkOperator(HostOperator):
             self.log.info("job of this run already exists (pid %s, exit %s): attaching", status.pid, status.exit_code)
             return {"pid": status.pid, "attached": True}
         rundir = self.rundir(context)
-        try:
-            args = params.overlay(self.args, context.get("params"))
-        except ValueError as exc:
-            raise AirflowFailException(str(exc)) from None
-        command = (
-            f"exec {shlex.quote(self.host.python)} {shlex.quote(self.script)} {layout.render_args(args)}"
-            f" --out {shlex.quote(f'{rundir}/{self.output_file}')} --marker {shlex.quote(self.marker)}"
+        args = layout.render_args({**dict(self.run_args), **self.stage_args})
+        command = jobs.benchmark_command(
+            self.host.python, self.script, args, f"{rundir}/{self.output_file}", self.marker
         )
         self.log.info("launching on %s: %s", self.host_id, command)
         launch = jobs.launch_command(paths, command, cwd=f"{rundir}/payload", env={"PYTHONUNBUFFERED": "1"})
         pid = jobs.parse_pid(self.host.check(launch, timeout=60, what="launch benchmark").stdout)
         self.log.info("benchmark running as process group %s; log %s", pid, paths.log_file)
         return {"pid": pid, "attached": False}
-
-
-def server_job(config: ServingConfig, server: Server) -> str:
-    return f"server_{config.name}_{server.name}"
 
 
 class ServersOperator(HostOperator):
@@ -250,14 +278,15 @@ class LaunchServersOperator(ServersOperator):
             raise AirflowFailException(str(exc)) from None
         pids = {}
         for server, is_router in self.members():
-            name = server_job(self.config, server)
+            name = layout.server_job(self.config.name, server.name)
             paths = self.job(context, name)
             status = self.status(paths)
             if status.alive:
                 self.log.info("%s already running (pid %s): attaching", name, status.pid)
                 pids[name] = status.pid or 0
                 continue
-            command = server.render(self.host.python, extra="" if is_router else extra)
+            words = "" if is_router else extra
+            command = jobs.server_command(server.command, self.host.python, server.port, words, server.numa_node)
             env = {"PYTHONUNBUFFERED": "1"} | server.env()
             self.log.info("launching %s on %s (env %s): %s", name, self.host_id, env, command)
             launch = jobs.launch_command(paths, command, cwd=f"{rundir}/payload", env=env)
@@ -272,7 +301,7 @@ class ServersReadySensor(ServersOperator, BaseSensorOperator):
     def poke(self, context: Context) -> bool:
         ready = []
         for server, _ in self.members():
-            name = server_job(self.config, server)
+            name = layout.server_job(self.config.name, server.name)
             paths = self.job(context, name)
             status = self.status(paths)
             if not status.alive:
@@ -287,39 +316,25 @@ class ServersReadySensor(ServersOperator, BaseSensorOperator):
         return all(ready)
 
 
-class StopServersOperator(ServersOperator):
-    """Teardown: stop every server (and the router) of a config."""
+class StopServersOperator(ServersOperator, TeardownOperator):
+    """Teardown: stop every server of a config, its router first."""
 
-    def execute(self, context: Context) -> None:
-        for server, _ in reversed(self.members()):
-            paths = self.job(context, server_job(self.config, server))
-            self.host.check(jobs.kill_command(paths), timeout=60, what=f"stop {server.name}")
-            self.log.info("stopped %s", server_job(self.config, server))
+    def undo(self, dag_id: str, run_id: str) -> list[str]:
+        names = [layout.server_job(self.config.name, server.name) for server, _ in reversed(self.members())]
+        return cleanup.stop_jobs(self.host, [self.job_of(dag_id, run_id, name) for name in names])
 
 
-class StopBenchmarkOperator(HostOperator):
-    """Teardown: end the benchmark's whole process group if anything of it is still alive.
+class StopBenchmarkOperator(TeardownOperator):
+    """Teardown: end the benchmark's whole process group if anything of it is still alive (a benchmark that
+    printed its marker first gets ``exit_grace_s`` to exit by itself)."""
 
-    A benchmark that has printed its marker is still exiting (the wait notices the marker at once):
-    it gets ``exit_grace_s`` to finish and write its exit code before anything is killed.
-    """
-
-    def __init__(self, *, marker: str = "ALL_DONE", exit_grace_s: float = 30.0, **kwargs: Any):
+    def __init__(self, *, marker: str = "ALL_DONE", exit_grace_s: float = cleanup.EXIT_GRACE_S, **kwargs: Any):
         super().__init__(**kwargs)
         self.marker = marker
         self.exit_grace_s = exit_grace_s
 
-    def execute(self, context: Context) -> None:
-        paths = self.job(context)
-        status = self.status(paths, self.marker)
-        if status.alive and status.marker:
-            self.host.run(jobs.wait_exit_command(paths, self.exit_grace_s), self.exit_grace_s + 30)
-            status = self.status(paths, self.marker)
-        if not status.alive:
-            self.log.info("benchmark not running (exit %s)", status.exit_code)
-            return
-        self.log.warning("benchmark process group %s still alive: TERM, then KILL", status.pid)
-        self.host.check(jobs.kill_command(paths), timeout=60, what="kill benchmark")
+    def undo(self, dag_id: str, run_id: str) -> str:
+        return cleanup.stop_job(self.host, self.job_of(dag_id, run_id), self.marker, self.exit_grace_s)
 
 
 class FetchArtifactsOperator(HostOperator):
@@ -336,10 +351,11 @@ class FetchArtifactsOperator(HostOperator):
         self.jobs = jobs or [BENCH_JOB]
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from benchflow.pipeline import Fetched, artifact_store, store_file
+        from benchflow import artifacts
+        from benchflow.pipeline import Fetched
 
         rundir = self.rundir(context)
-        store = artifact_store(context["dag"].dag_id, context["run_id"])
+        store = artifacts.store(context["dag"].dag_id, context["run_id"])
         wanted = {f"{job}.log": self.job(context, job).log_file for job in self.jobs}
         wanted |= {f"{job}.exit_code": self.job(context, job).exit_code_file for job in self.jobs}
         wanted |= {name: f"{rundir}/{name}" for name in self.files}
@@ -347,7 +363,7 @@ class FetchArtifactsOperator(HostOperator):
         fetched: list[str] = []
         missing: list[str] = []
         for name, source in wanted.items():
-            (fetched if store_file(self.host, source, store / name) else missing).append(name)
+            (fetched if artifacts.store_file(self.host, source, store / name) else missing).append(name)
         logs = [f"{job}.log" for job in self.jobs]
         if not set(logs) & set(fetched):
             raise AirflowSkipException(f"no benchmark log on the host (nothing ran); missing: {missing}")
@@ -440,7 +456,8 @@ class AcquireHostSensor(HostOperator, BaseSensorOperator):
         self.lease_ttl_s = lease_ttl_s
 
     def poke(self, context: Context) -> bool:
-        command = lease.acquire_command(self.host.workdir, self.lease_owner(context), self.lease_ttl_s)
+        owner = layout.lease_owner(context["dag"].dag_id, context["run_id"])
+        command = lease.acquire_command(self.host.workdir, owner, self.lease_ttl_s)
         state = lease.parse_acquire(self.host.check(command, 60, "take the host lease").stdout)
         if state.acquired:
             self.log.info("host %s leased to %s until %s", self.host_id, state.holder, state.until)
@@ -449,12 +466,9 @@ class AcquireHostSensor(HostOperator, BaseSensorOperator):
         return False
 
 
-class ReleaseHostOperator(HostOperator):
+class ReleaseHostOperator(TeardownOperator):
     """Teardown: give the host's lease back, so the next campaign queued for the host can start."""
 
-    def execute(self, context: Context) -> str:
-        owner = self.lease_owner(context)
-        result = self.host.check(lease.release_command(self.host.workdir, owner), 60, "release the host lease")
-        outcome = result.stdout.strip()
-        self.log.info("host %s lease of %s: %s", self.host_id, owner, outcome)
-        return outcome
+    def undo(self, dag_id: str, run_id: str) -> str:
+        owner = layout.lease_owner(dag_id, run_id)
+        return f"host {self.host_id} lease of {owner}: {cleanup.release_host(self.host, owner)}"

@@ -7,79 +7,16 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-_INT_LIST = {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1, "maxItems": 64}
 # The trigger form's sections, in the order the form shows them (Airflow groups fields by ``section``).
 SWEEP, SERVER, RUN = "Sweep", "Server", "Run options"
 SECTIONS = (SWEEP, SERVER, RUN)
-KNOWN: dict[str, dict[str, Any]] = {
-    "m_list": {
-        **_INT_LIST,
-        "items": {"type": "integer", "minimum": 1, "maximum": 65536},
-        "title": "Token counts M (tokens per call)",
-        "description": "The token counts M to sweep, one measured case each. Unit: tokens per kernel call.",
-        "section": SWEEP,
-    },
-    "concurrency": {
-        **_INT_LIST,
-        "items": {"type": "integer", "minimum": 1, "maximum": 4096},
-        "title": "Concurrency levels (requests in flight)",
-        "description": "Client concurrency of each phase. Unit: requests in flight at once.",
-        "section": SWEEP,
-    },
-    "prompts": {
-        **_INT_LIST,
-        "items": {"type": "integer", "minimum": 1, "maximum": 100000},
-        "title": "Prompts per phase (prompts)",
-        "description": "Prompts sent in each phase, one number per concurrency level. Unit: prompts.",
-        "section": SWEEP,
-    },
-    "input_len": {
-        "type": "integer",
-        "minimum": 1,
-        "maximum": 1048576,
-        "title": "Input length (tokens)",
-        "description": "Input tokens of every prompt. Unit: tokens.",
-        "section": SWEEP,
-    },
-    "output_len": {
-        "type": "integer",
-        "minimum": 1,
-        "maximum": 1048576,
-        "title": "Output length (tokens)",
-        "description": "Output tokens generated per prompt. Unit: tokens.",
-        "section": SWEEP,
-    },
-    "dtype": {
-        "type": "string",
-        "enum": ["bf16", "fp16", "fp32", "fp8"],
-        "title": "Weights dtype",
-        "description": "Data type of the weights and activations. Unit: none (a dtype name).",
-        "section": RUN,
-    },
-    "impl": {
-        "type": "string",
-        "enum": ["auto", "triton", "torch"],
-        "title": "Kernel implementation",
-        "description": "Which implementation runs: auto picks Triton on a GPU, torch elsewhere. Unit: none.",
-        "section": RUN,
-    },
-    "client": {
-        "type": "string",
-        "enum": ["local", "sglang", "vllm"],
-        "title": "Benchmark client",
-        "description": "The load generator that drives the servers. Unit: none (a client name).",
-        "section": SERVER,
-    },
-}
+Form = Mapping[str, dict[str, Any]]  # a kind's fields: argument name → JSON schema with title, description, section
 # Units of the arguments a payload commonly takes, for the generated fields: name → (title, unit, section).
 GUESSED: dict[str, tuple[str, str, str]] = {
-    "experts": ("Experts (count)", "experts", RUN),
-    "hidden": ("Hidden size (elements)", "elements", RUN),
-    "inter": ("Intermediate size (elements)", "elements", RUN),
-    "topk": ("Experts per token, top-k (count)", "experts per token", RUN),
     "warmup": ("Warm-up iterations (calls)", "calls, not timed", RUN),
     "iters": ("Timed iterations (calls)", "calls, median taken", RUN),
     "rows": ("Rows (cases)", "cases", SWEEP),
@@ -99,7 +36,7 @@ SUFFIX_UNITS = (
 
 
 def _describe(name: str, default: Any) -> dict[str, Any]:
-    """Title, description with its unit, and section of a field no entry of ``KNOWN`` covers."""
+    """Title, description with its unit, and section of a field the kind's form does not have."""
     flag = "--" + name.replace("_", "-")
     if name in GUESSED:
         title, unit, section = GUESSED[name]
@@ -119,11 +56,11 @@ SAFE_TEXT = r"^[A-Za-z0-9 _=.,:/+@-]*$"
 SERVER_ARGS = "server_args"
 
 
-def schema_for(name: str, default: Any) -> dict[str, Any]:
-    """The JSON schema of a field: type and bounds, and for the form a title, a description with the unit,
-    and its section (sweep, server or run options)."""
-    if name in KNOWN:
-        return KNOWN[name]
+def schema_for(name: str, default: Any, form: Form | None = None) -> dict[str, Any]:
+    """The JSON schema of a field: the kind's own (its ``form``) when it has one for ``name``, else one made from
+    the default's type; with, for the form, a title, a description with the unit, and its section."""
+    if form and name in form:
+        return dict(form[name])
     if isinstance(default, bool):
         schema: dict[str, Any] = {"type": "boolean"}
     elif isinstance(default, int):
@@ -141,10 +78,12 @@ def schema_for(name: str, default: Any) -> dict[str, Any]:
     return {**schema, **_describe(name, default)}
 
 
-def param_schemas(args: dict[str, Any], serving: bool) -> dict[str, tuple[Any, dict[str, Any]]]:
+def param_schemas(
+    args: dict[str, Any], serving: bool, form: Form | None = None
+) -> dict[str, tuple[Any, dict[str, Any]]]:
     """name → (default, JSON schema) for a campaign's trigger form, section by section (sweep, server, run
     options), each in the spec's order."""
-    schemas = {name: (value, schema_for(name, value)) for name, value in args.items()}
+    schemas = {name: (value, schema_for(name, value, form)) for name, value in args.items()}
     if serving:
         schemas[SERVER_ARGS] = (
             "",
@@ -162,14 +101,14 @@ def param_schemas(args: dict[str, Any], serving: bool) -> dict[str, tuple[Any, d
     return dict(sorted(schemas.items(), key=lambda item: rank.get(item[1][1].get("section", RUN), len(rank))))
 
 
-def overlay(args: dict[str, Any], params: dict[str, Any] | Any) -> dict[str, Any]:
+def overlay(args: dict[str, Any], params: dict[str, Any] | Any, form: Form | None = None) -> dict[str, Any]:
     """The spec's arguments with a run's params on top, each checked against its schema."""
     merged = dict(args)
     for name, value in dict(params or {}).items():
         if name not in args:
             continue
         try:
-            check_value(value, schema_for(name, args[name]))
+            check_value(value, schema_for(name, args[name], form))
         except ValueError as exc:
             raise ValueError(f"param {name!r}: {exc}") from None
         merged[name] = value
@@ -193,12 +132,12 @@ def check_value(value: Any, schema: dict[str, Any]) -> None:
         raise ValueError(error.message)
 
 
-def check_defaults(args: dict[str, Any]) -> None:
+def check_defaults(args: dict[str, Any], form: Form | None = None) -> None:
     """Each spec argument against the schema its trigger-form field will have; ValueError names the first
     that does not fit (Airflow would refuse to build the DAG)."""
     for name, value in args.items():
         try:
-            check_value(value, schema_for(name, value))
+            check_value(value, schema_for(name, value, form))
         except ValueError as exc:
             raise ValueError(f"{name}: default {value!r} does not fit its trigger form: {exc}") from None
 
@@ -216,9 +155,12 @@ def server_args(params: dict[str, Any] | Any) -> str:
 MAX_ARGS_CHARS = 65536  # a shell word may hold 128 KiB (MAX_ARG_STRLEN); the launch must stay well inside
 
 
-def check_conf(args: dict[str, Any], serving: bool, params: dict[str, Any] | Any) -> None:
-    """Every param of a run against its schema, no param the campaign does not have, and a command line that
-    fits; raises ValueError naming the first problem. Runs before anything irreversible (stopping services)."""
+def check_conf(
+    args: dict[str, Any], serving: bool, params: dict[str, Any] | Any, form: Form | None = None
+) -> dict[str, Any]:
+    """The run's benchmark arguments (the spec's with the params on top), once every param fits its schema, the
+    campaign has each one, and the command line fits; ValueError names the first problem. Runs before anything
+    irreversible (stopping services), and its result is what every later step of the run uses."""
     from benchflow.remote.layout import render_args
 
     known = set(args) | ({SERVER_ARGS} if serving else set())
@@ -228,8 +170,10 @@ def check_conf(args: dict[str, Any], serving: bool, params: dict[str, Any] | Any
             f"unknown param(s) {', '.join(map(repr, unknown))}; this campaign takes "
             f"{', '.join(sorted(known)) or 'none'}"
         )
-    rendered = render_args(overlay(args, params))
+    resolved = overlay(args, params, form)
+    rendered = render_args(resolved)
     if serving:
         rendered += " " + server_args(params)
     if len(rendered) > MAX_ARGS_CHARS:
         raise ValueError(f"the arguments make a command line of {len(rendered)} characters (at most {MAX_ARGS_CHARS})")
+    return resolved

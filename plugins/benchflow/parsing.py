@@ -20,13 +20,7 @@ PROBLEMS_KEPT = 50  # problems kept as objects; the rest are counted (see Parsed
 
 
 class ParseError(ValueError):
-    """Input that is not the format it claims to be; names the line."""
-
-    def __init__(self, message: str, line_no: int | None = None, line: str | None = None):
-        self.line_no = line_no
-        where = f"line {line_no}: " if line_no is not None else ""
-        shown = f": {line.rstrip()[:200]!r}" if line is not None else ""
-        super().__init__(f"{where}{message}{shown}")
+    """Input that is not the format it claims to be (or a format asked for that does not exist)."""
 
 
 @dataclass(frozen=True)
@@ -65,13 +59,6 @@ class ParsedRun:
     def dropped(self) -> bool:
         """Whether any row or block was lost (a run with this is ``incomplete``; ``bench parse`` exits 1)."""
         return self.any_dropped or any(p.dropped for p in self.problems)
-
-    def problem_lines(self) -> list[str]:
-        """The problems as text, one per line, with the count of those left out: for runs.detail and stderr."""
-        lines = [str(p) for p in self.problems]
-        if self.problems_left_out:
-            lines.append(f"… and {self.problems_left_out} more problems")
-        return lines
 
 
 class Notes:

@@ -1,41 +1,31 @@
-"""The steps after the host work: fetch → parse → validate → load → detect regressions.
+"""The steps after the host work: parse → validate → load → detect regressions → verdict.
 
-Plain functions returning dataclasses, called by the DAG's TaskFlow tasks (which only convert to and
-from XCom) and usable from a shell. Only :func:`load` writes to the warehouse: the run's record, its rows
-or its quarantine, and the validation's outcome, in one transaction.
-
-Artifacts live in one store that every worker reads (Airflow's ``ObjectStoragePath``): ``BENCH_ARTIFACTS_URL``
-(e.g. ``s3://bench-artifacts`` with an ``aws_default`` connection), else ``file://<var>/artifacts``.
+Plain functions returning dataclasses, each called by one results task of a campaign DAG (the ``*_task``
+functions below convert from and to XCom) and usable from a shell. Only :func:`load` writes to the warehouse:
+the run's record, its rows or its quarantine, and the validation's outcome, in one transaction. The run's files
+are in its folder of the artifact store (:mod:`benchflow.artifacts`); the run's arguments were resolved once, by
+``preflight`` (the spec's with the trigger's params on top), and reach every step from there.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset
 
-from benchflow import kinds
+from benchflow import artifacts, kinds
 from benchflow.parsing import strict_row
-from benchflow.paths import project_git_sha, var_dir
-from benchflow.remote.layout import run_key
+from benchflow.paths import project_git_sha
 
 if TYPE_CHECKING:
-    from airflow.sdk import ObjectStoragePath
-
-    from benchflow.hosts import Host
     from benchflow.kinds import ResultKind
+    from benchflow.records import Finding, RunRecord, Validation
     from benchflow.spec import CampaignSpec
-    from benchflow.warehouse import Finding, RunRecord, Validation, Warehouse
+    from benchflow.warehouse import Warehouse
 
 RESULTS_ASSET = Asset("bench_results")  # every load emits it; the report DAG is scheduled on it
-ROWS_NAME = "rows.json"
 DETAIL_CAP = 4000  # characters of a run's detail kept in runs.detail and XCom; the rest is counted
 NOTES_CAP = 20  # notes (warnings, missing files) kept, with a count of the others
 
@@ -76,26 +66,6 @@ class Loaded(_Xcom):
     warehouse: str
 
 
-def artifact_store(dag_id: str, run_id: str) -> ObjectStoragePath:
-    from airflow.sdk import ObjectStoragePath
-
-    root = os.environ.get("BENCH_ARTIFACTS_URL") or f"file://{var_dir() / 'artifacts'}"
-    path = ObjectStoragePath(root) / run_key(dag_id) / run_key(run_id)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def store_file(host: Host, remote: str, target: ObjectStoragePath) -> bool:
-    """Copy one file from the host into the store; False when the host does not have it."""
-    with tempfile.TemporaryDirectory() as tmp:
-        local = Path(tmp) / "file"
-        if not host.get_file(remote, local):
-            return False
-        with local.open("rb") as source, target.open("wb") as sink:
-            shutil.copyfileobj(source, sink, 1 << 20)
-    return True
-
-
 def cap_notes(notes: list[str], limit: int = NOTES_CAP, chars: int = DETAIL_CAP) -> str:
     """Join notes for ``runs.detail``: the first ``limit``, then a count of the rest, at most ``chars``."""
     kept = notes[:limit]
@@ -108,13 +78,11 @@ def cap_notes(notes: list[str], limit: int = NOTES_CAP, chars: int = DETAIL_CAP)
 def parse(
     fetched: Fetched, kind: ResultKind, fmt: str | None, marker: str, options: dict[str, Any], defaults: dict[str, Any]
 ) -> Parsed:
-    """Parse the fetched logs into ``rows.json`` in the store; a missing or cut-off log keeps the rows it has.
+    """Parse the fetched logs into the run's rows file; a missing or cut-off log keeps the rows it has.
 
     ``defaults`` fill columns a format does not report (a serving log's input/output lengths).
     """
-    from airflow.sdk import ObjectStoragePath
-
-    store = ObjectStoragePath(fetched.store)
+    folder = artifacts.at(fetched.store)
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
     meta: dict[str, str] = {}
@@ -124,7 +92,7 @@ def parse(
             complete = False
             notes.append(f"{name}: not fetched")
             continue
-        text = (store / name).read_text(errors="replace")
+        text = (folder / name).read_text(errors="replace")
         parsed = kinds.parse_text(text, kind.name, fmt, marker=marker, **options)
         rows += [{**row, **{k: v for k, v in defaults.items() if row.get(k) is None}} for row in parsed.rows]
         meta |= parsed.meta
@@ -138,50 +106,22 @@ def parse(
     rows = [row for row, _ in strict]
     if non_finite := sum(len(flagged) for _, flagged in strict):
         notes.append(f"{non_finite} values were NaN or infinite: stored as null")
-    (store / ROWS_NAME).write_text(json.dumps(rows, allow_nan=False))
+    artifacts.write_rows(fetched.store, rows)
     status = "failed" if not rows else "ok" if complete else "incomplete"
     if not rows:
         notes.insert(0, "no rows")
     return Parsed(fetched.store, status, len(rows), cap_notes(notes), meta)
 
 
-def read_rows(store: str) -> list[dict[str, Any]]:
-    from airflow.sdk import ObjectStoragePath
-
-    rows: list[dict[str, Any]] = json.loads((ObjectStoragePath(store) / ROWS_NAME).read_text())
-    return rows
-
-
-def read_side_rows(store: str, kind: ResultKind) -> dict[str, list[dict[str, Any]]]:
-    """Each side table's rows from its JSON-lines file, when the benchmark saved one; a record cut off
-    mid-write is dropped."""
-    from airflow.sdk import ObjectStoragePath
-
-    found: dict[str, list[dict[str, Any]]] = {}
-    for side in kind.side_tables:
-        path = ObjectStoragePath(store) / side.file
-        if not path.exists():
-            continue
-        rows = []
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        found[side.table] = rows
-    return found
-
-
 def validate(parsed: Parsed, kind: ResultKind, suite_params: dict[str, Any]) -> Validation:
     """Run the kind's GX suite over the parsed rows; writes nothing."""
     from benchflow.expectations import validate_rows
-    from benchflow.warehouse import Validation
+    from benchflow.records import Validation
 
-    rows = read_rows(parsed.store)
+    rows = artifacts.read_rows(parsed.store)
     if not rows:
         return Validation(kind.name, True, 0, [], 0)
-    outcome = validate_rows(kind, rows, **suite_params)
-    return Validation(kind.name, outcome.success, outcome.evaluated, outcome.failed, len(rows), outcome.row_reasons)
+    return validate_rows(kind, rows, **suite_params)
 
 
 def run_record(
@@ -193,7 +133,7 @@ def run_record(
     deployed: dict[str, Any] | None,
 ) -> RunRecord:
     """The ``runs`` row of the current DAG run."""
-    from benchflow.warehouse import RunRecord
+    from benchflow.records import RunRecord
 
     dag_run = context["dag_run"]
     run_type = getattr(dag_run, "run_type", None)
@@ -219,20 +159,18 @@ def run_record(
 def load(warehouse: Warehouse, record: RunRecord, kind: ResultKind, parsed: Parsed, validation: Validation) -> Loaded:
     """The run's one write: its record and rows (or quarantine) and the validation, in one transaction."""
     warehouse.migrate()  # a write may bring the schema up to date; reads never do
-    rows = read_rows(parsed.store)
-    loaded = warehouse.load(record, kind, rows, validation, read_side_rows(parsed.store, kind))
+    rows = artifacts.read_rows(parsed.store)
+    loaded = warehouse.load(record, kind, rows, validation, artifacts.read_side_rows(parsed.store, kind))
     return Loaded(record.status, loaded, record.detail, warehouse.location)
 
 
 def detect(warehouse: Warehouse, spec: CampaignSpec, run_id: str) -> list[Finding]:
     """Judge the loaded run against its baseline (see :mod:`benchflow.analysis.regressions`); store the findings."""
-    from benchflow.analysis.regressions import Thresholds, find
+    from benchflow.analysis.regressions import find
+    from benchflow.warehouse import queries
 
-    p = warehouse.p
-    gpu = warehouse.query(f"SELECT gpu_model FROM runs WHERE dag_id = {p} AND run_id = {p}", [spec.dag_id, run_id])
-    limits = spec.regressions.for_gpu(str(gpu["gpu_model"].iloc[0]) if len(gpu) else "none")
-    thresholds = Thresholds(limits.lookback, limits.min_runs, limits.z_threshold, limits.min_change)
-    findings = find(warehouse, spec.dag_id, run_id, thresholds)
+    limits = spec.regressions.for_gpu(queries.run_gpu_model(warehouse, spec.dag_id, run_id))
+    findings = find(warehouse, spec.dag_id, run_id, limits)
     warehouse.record_findings(spec.dag_id, run_id, findings)
     return findings
 
@@ -241,22 +179,18 @@ def detect(warehouse: Warehouse, spec: CampaignSpec, run_id: str) -> list[Findin
 # (functools.partial) and wires them as PythonOperators; Airflow passes the run's context as keywords.
 
 
-def parse_task(spec: CampaignSpec, fetched: dict[str, Any], params: Any, **context: Any) -> dict[str, Any]:
-    from benchflow.params import overlay
-
+def parse_task(spec: CampaignSpec, fetched: dict[str, Any], run_args: dict[str, Any], **context: Any) -> dict[str, Any]:
     kind, bench = spec.result_kind, spec.benchmark
-    run_args = overlay(dict(bench.args), params)
     defaults = {k: run_args[k] for k in kind.row_defaults if k in run_args}
     parsed = parse(Fetched.from_xcom(fetched), kind, bench.format, bench.marker, kind.parser_options(bench), defaults)
     print(f"parsed {parsed.rows} rows; status {parsed.status}; {parsed.detail or 'complete'}")
     return parsed.to_xcom()
 
 
-def validate_task(spec: CampaignSpec, parsed: dict[str, Any], params: Any, **context: Any) -> dict[str, Any]:
-    from benchflow.params import overlay
-
+def validate_task(
+    spec: CampaignSpec, parsed: dict[str, Any], run_args: dict[str, Any], **context: Any
+) -> dict[str, Any]:
     kind = spec.result_kind
-    run_args = overlay(dict(spec.benchmark.args), params)
     outcome = validate(Parsed.from_xcom(parsed), kind, kind.suite_params(spec.benchmark, run_args))
     print(outcome.summary())
     return asdict(outcome)
@@ -270,7 +204,8 @@ def load_task(
     deployed: dict[str, Any] | None,
     **context: Any,
 ) -> dict[str, Any]:
-    from benchflow.warehouse import Validation, Warehouse
+    from benchflow.records import Validation
+    from benchflow.warehouse import Warehouse
 
     step = Parsed.from_xcom(parsed)
     validation = Validation(**{**validated, "row_reasons": {int(k): v for k, v in validated["row_reasons"].items()}})
@@ -280,15 +215,12 @@ def load_task(
     loaded = load(Warehouse.from_airflow(), record, spec.result_kind, step, validation)
     print(f"loaded {loaded.rows} rows of run {record.run_id} ({record.status}) into {loaded.warehouse}")
     # the report DAG, scheduled on the results asset, learns which run to draw from the event
-    context["outlet_events"][RESULTS_ASSET].extra = {
-        "dag_id": spec.dag_id,
-        "run_id": record.run_id,
-        "campaign": spec.name,
-    }
+    event = {"dag_id": spec.dag_id, "run_id": record.run_id, "campaign": spec.name}
+    context["outlet_events"][RESULTS_ASSET].extra = event
     if not validation.success:
         from airflow.sdk.exceptions import AirflowFailException
 
-        rows = len(read_rows(step.store))
+        rows = len(artifacts.read_rows(step.store))
         raise AirflowFailException(f"validation failed; {rows} rows quarantined, none loaded: {detail}")
     return loaded.to_xcom()
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -24,6 +24,7 @@ from pydantic import (
     StringConstraints,
     ValidationError,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -94,16 +95,6 @@ class Server(_Model):
     )
     numa_node: int | None = Field(default=None, ge=0, le=63, description="numactl --cpunodebind/--membind")
 
-    def render(self, python: str, extra: str = "") -> str:
-        """The shell command that starts it: ``{python}``/``{port}`` filled in, ``extra`` (already quoted)
-        appended, under ``numactl`` when it names a NUMA node."""
-        command = self.command.replace("{python}", shlex.quote(python)).replace("{port}", str(self.port))
-        if extra:
-            command = f"{command} {extra}"
-        if self.numa_node is not None:
-            command = f"numactl --cpunodebind={self.numa_node} --membind={self.numa_node} {command}"
-        return command
-
     def env(self) -> dict[str, str]:
         devices = self.visible_devices()
         return {"CUDA_VISIBLE_DEVICES": devices} if devices else {}
@@ -140,73 +131,67 @@ class ServingConfig(_Model):
         return self.router or self.servers[0]
 
 
-class Pattern(_Model):
-    """A metric read by the generic parser: a regex with a ``(?P<value>...)`` group, its unit, and what ties
-    each value to its case: a ``(?P<key>...)`` group in the regex itself, or ``key``: a regex with a
-    ``(?P<key>...)`` group (the nearest line above that matches it) or the name of another pattern (its
-    latest value)."""
-
-    regex: Annotated[str, StringConstraints(min_length=1, max_length=400)]
-    unit: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9/%._ -]{0,32}$")] = ""
-    key: Annotated[str, StringConstraints(min_length=1, max_length=400)] | None = Field(
-        default=None, description="the case of each value: a regex with (?P<key>...), or another pattern's name"
-    )
-
-    @field_validator("regex")
-    @classmethod
-    def _compiles(cls, value: str) -> str:
-        from benchflow.kinds.generic.patterns import compile_patterns
-
-        compile_patterns({"pattern": {"regex": value}})
-        return value
-
-    @field_validator("key")
-    @classmethod
-    def _key_compiles(cls, value: str | None) -> str | None:
-        from benchflow.kinds.generic.patterns import compile_key
-
-        if value is not None:
-            compile_key("pattern", value)  # a name is checked against the other patterns when they are read
-        return value
-
-
 class Benchmark(_Model):
+    """The fields of a spec's ``benchmark`` section that every kind has; each kind adds its own (its
+    ``options`` model: the generic kind's ``patterns``, serving's ``repeats`` and ``warmup``), and
+    :func:`benchmark_model` combines them."""
+
     script: PayloadPath = Field(description="script inside the payload, run with the host's python")
     args: dict[Ident, ArgValue] = Field(default_factory=dict, description="rendered as --key value")
     marker: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:=-]{1,64}$")] = "ALL_DONE"
     format: Ident | None = Field(default=None, description="output format of the kind (default: its first)")
-    patterns: dict[Ident, Pattern] = Field(default_factory=dict, description="metrics, for kind 'generic'")
     output: PayloadPath = Field(default="results.jsonl", description="JSONL the script writes (--out)")
     deferrable: bool = Field(
         default=True, description="wait in the triggerer (no worker slot); false: poke from a worker slot"
     )
-    repeats: int | None = Field(
-        default=None, ge=1, le=20, description="runs of each serving phase, back to back (default: the kind's)"
-    )
-    warmup: bool = Field(default=False, description="serving: one warm-up phase first, kept but marked")
-
-    @field_validator("args")
-    @classmethod
-    def _defaults_fit_the_trigger_form(cls, value: dict[str, Any]) -> dict[str, Any]:
-        """Each argument's default must pass its own trigger-form schema, or the DAG could not be built."""
-        from benchflow.params import check_defaults
-
-        check_defaults(value)
-        return value
 
     @model_validator(mode="before")
     @classmethod
     def _renamed(cls, data: Any) -> Any:
+        from benchflow import kinds
+
         if isinstance(data, dict) and "parser" in data:
-            old = data["parser"]
-            kind = RENAMED_PARSERS.get(str(old))
+            old = str(data["parser"])
+            kind = next((k.name for k in kinds.all_kinds() if old in k.former_names), None)
             hint = f"write 'kind: {kind}' at the top level" if kind else "name the kind at the top level"
             raise ValueError(f"'benchmark.parser' is renamed: {hint} (and 'benchmark.format' only to pick a format)")
         return data
 
 
-# benchmark.parser (before kinds) → the kind that replaces it
-RENAMED_PARSERS = {"kernel_sweep": "kernel", "serving_log": "serving", "generic": "generic"}
+def _default_kind() -> str:
+    from benchflow import kinds
+
+    return kinds.default().name
+
+
+@cache
+def benchmark_model(kind: str) -> type[Benchmark]:
+    """The ``benchmark`` section of a spec of ``kind``: the common fields and the kind's own."""
+    from benchflow import kinds
+
+    options = kinds.get(kind).options
+    bases: Any = (Benchmark, options)
+    model: type[Benchmark] = create_model(f"{kind.capitalize()}Benchmark", __base__=bases, __module__=__name__)
+    return model
+
+
+def _benchmark_of_kind(value: Any, kind_name: str | None) -> Benchmark:
+    """Validate a ``benchmark`` section as its kind has it; its argument defaults must fit their trigger-form
+    fields (or the DAG could not be built). Field errors keep their place (``benchmark.repeats``)."""
+    from benchflow import kinds
+    from benchflow.params import check_defaults
+
+    if isinstance(value, Benchmark):
+        return value
+    if kind_name not in kinds.names():  # the kind itself is reported; nothing more to say about its fields
+        return Benchmark.model_construct(**(value if isinstance(value, dict) else {}))
+    bench = benchmark_model(kind_name).model_validate(value)
+    try:
+        check_defaults(dict(bench.args), kinds.get(kind_name).form)
+    except ValueError as exc:
+        error = {"type": "value_error", "loc": ("args",), "input": dict(bench.args), "ctx": {"error": exc}}
+        raise ValidationError.from_exception_data("Benchmark", [error]) from None  # type: ignore[list-item]
+    return bench
 
 
 class Timeouts(_Model):
@@ -239,7 +224,7 @@ class GpusFree(_Model):
 
 
 class RegressionLimits(_Model):
-    """When a metric counts as regressed (see :mod:`benchflow.regressions`)."""
+    """When a metric counts as regressed (see :mod:`benchflow.analysis.regressions`)."""
 
     lookback: int = Field(default=14, ge=2, le=365, description="previous valid scheduled runs in the baseline")
     min_runs: int = Field(default=5, ge=2, description="no verdict with a shorter history")
@@ -266,7 +251,7 @@ RESERVED_NAMES = {"report": "the report DAG (dags/reports.py)"}
 class CampaignSpec(_Model):
     name: Ident
     description: Line = ""
-    kind: Ident = Field(default="kernel", description="result kind: kernel, serving, generic, ...")
+    kind: Ident = Field(default_factory=lambda: _default_kind(), description="result kind (benchflow/kinds/)")
     host: HostId = "local"
     payload: Ident
     requires: list[Ident] = Field(default_factory=list, description="other payloads deployed inside this one")
@@ -279,6 +264,11 @@ class CampaignSpec(_Model):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     gpus_free: GpusFree = Field(default_factory=GpusFree)
     regressions: Regressions = Field(default_factory=Regressions)
+
+    @field_validator("benchmark", mode="wrap")
+    @classmethod
+    def _benchmark_of_its_kind(cls, value: Any, handler: Any, info: ValidationInfo) -> Benchmark:
+        return _benchmark_of_kind(value, info.data.get("kind"))
 
     @field_validator("kind")
     @classmethod
@@ -298,16 +288,11 @@ class CampaignSpec(_Model):
 
     @model_validator(mode="after")
     def _kind_fits(self) -> CampaignSpec:
-        from benchflow import kinds
-
         kind = self.result_kind
         if self.benchmark.format is not None and self.benchmark.format not in kind.format_names:
             raise ValueError(
                 f"kind {kind.name!r} has no format {self.benchmark.format!r} (known: {', '.join(kind.format_names)})"
             )
-        if bool(self.benchmark.patterns) != kind.takes_patterns:
-            readers = [k.name for k in kinds.all_kinds() if k.takes_patterns]
-            raise ValueError(f"benchmark.patterns go with kind {' or '.join(readers)}, which needs at least one")
         if kind.servers == "required" and not self.configs:
             raise ValueError(f"a {kind.name} campaign needs at least one entry in configs (its servers)")
         if kind.servers == "forbidden" and self.configs:
@@ -400,12 +385,25 @@ def load_spec(path: Path, payloads: Path | None = None) -> CampaignSpec:
     try:
         return CampaignSpec.model_validate(data, context={"kernels_dir": payloads})
     except ValidationError as exc:
-        errors = []
-        for err in exc.errors():
-            loc = tuple(err["loc"])
-            message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
-            errors.append(FieldError(_dotted(loc), message, _line(root, loc)))
+        errors = [
+            FieldError(_dotted(tuple(e["loc"])), _message(e, data), _line(root, tuple(e["loc"]))) for e in exc.errors()
+        ]
         raise SpecError(path, errors) from None
+
+
+def _message(error: Any, data: dict[str, Any]) -> str:
+    """pydantic's message, but an unknown field says so, and one of another kind's benchmark section says whose."""
+    if error["type"] != "extra_forbidden":
+        return str(error["msg"])
+    loc = tuple(error["loc"])
+    if len(loc) == 2 and loc[0] == "benchmark":
+        from benchflow import kinds
+
+        owners = [k.name for k in kinds.all_kinds() if loc[1] in k.options.model_fields]
+        if owners:
+            kind = data.get("kind") or _default_kind()
+            return f"unknown field for kind {kind!r}: it belongs to kind {' or '.join(map(repr, owners))}"
+    return "unknown field"
 
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built with it: about 10x faster

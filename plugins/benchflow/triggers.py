@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import shlex
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
 
     from benchflow.hosts import AsyncSession
 
-LOG_TAIL_LINES = 20
+LOG_TAIL_LINES = jobs.LOG_TAIL_LINES
 MAX_BACKOFF_S = 8.0
 LOGGED_LINES_CAP = 2000  # log lines copied into the task log; past this they are only counted
 
@@ -122,9 +121,7 @@ class DoneMarkerTrigger(BaseTrigger):
         queue: asyncio.Queue[str | None] = asyncio.Queue()
 
         async def pump() -> None:
-            # --pid: tail ends once the job's leader has exited, so no tail outlives its benchmark on the host.
-            pid = f'"$(cat {shlex.quote(paths.pid_file)} 2>/dev/null || echo 1)"'
-            follow = f"exec tail -n +{self.lines_seen + 1} -F --pid={pid} {shlex.quote(paths.log_file)} 2>/dev/null"
+            follow = jobs.follow_command(paths, self.lines_seen + 1)
             try:
                 async for line in shell.lines(follow):
                     await queue.put(line)

@@ -138,13 +138,13 @@ def test_healthy_campaign_loads_validated_rows_matching_the_jsonl(campaigns, var
     from airflow.models.asset import AssetEvent
     from airflow.utils.session import create_session
 
+    from benchflow import artifacts
     from benchflow.analysis import report
-    from benchflow.pipeline import artifact_store
 
     with create_session() as session:
         extras = [e.extra for e in session.query(AssetEvent).filter(AssetEvent.source_run_id == run_id)]
     assert extras == [{"dag_id": "bench_e2e_moe", "run_id": run_id, "campaign": "e2e_moe"}]
-    out = artifact_store("bench_e2e_moe", run_id) / "report"
+    out = artifacts.store("bench_e2e_moe", run_id) / artifacts.REPORT_DIR
     plots = report.render(Warehouse.from_airflow(read_only=True), "bench_e2e_moe", run_id, out)
     assert {p.name for p in plots} == {"us_per_token_vs_m.png", "gbps_vs_roofline.png", "nightly_trend.png"}
 

@@ -192,7 +192,7 @@ def test_restarted_triggerer_resumes_the_wait_and_launch_reattaches(sshd, tmp_pa
             task_id="launch",
             host_id="gpu_loopback",
             script="bench_fault.py",
-            args={"rows": 8, "delay": 0.75},
+            run_args={"rows": 8, "delay": 0.75},
             output="results.jsonl",
             marker="ALL_DONE",
         )

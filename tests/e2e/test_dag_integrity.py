@@ -96,6 +96,7 @@ def test_task_graph_has_every_stage(parsed):
 
 def test_serving_specs_place_servers_on_their_gpus_and_numa_nodes():
     from benchflow.factory import build_dag
+    from benchflow.remote import jobs
 
     spec = next(s for s in load_all()[0] if s.name == "serving_pd")
     dag = build_dag(spec)
@@ -105,11 +106,12 @@ def test_serving_specs_place_servers_on_their_gpus_and_numa_nodes():
     assert (prefill.env(), prefill.numa_node) == ({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, 0)
     assert (decode.env(), decode.numa_node) == ({"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, 1)
     assert members["router"][0].port == 8000 and members["router"][1] is True
-    assert prefill.render("/opt/py", "--x 1").startswith("numactl --cpunodebind=0 --membind=0 /opt/py -m sglang")
-    assert prefill.render("/opt/py", "--x 1").endswith(" --x 1")
+    command = jobs.server_command(prefill.command, "/opt/py", prefill.port, "--x 1", prefill.numa_node)
+    assert command.startswith("numactl --cpunodebind=0 --membind=0 /opt/py -m sglang") and command.endswith(" --x 1")
     launch = dag.task_dict["config_pd.launch_benchmark"]
-    assert launch.args["base_url"] == "http://127.0.0.1:8000" and launch.args["label"] == "pd"
-    assert launch.args["concurrency"] == [1, 8, 16] and launch.args["prompts"] == [6, 24, 32]
+    assert launch.stage_args["base_url"] == "http://127.0.0.1:8000" and launch.stage_args["label"] == "pd"
+    assert launch.run_args.operator.task_id == "preflight" and launch.run_args.key == "args"  # resolved once there
+    assert spec.benchmark.args["concurrency"] == [1, 8, 16] and spec.benchmark.args["prompts"] == [6, 24, 32]
     assert dag.task_dict["config_pd.stop_servers"].is_teardown
 
 

@@ -12,7 +12,8 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 
 from benchflow import kinds
-from benchflow.analysis.regressions import Thresholds, find, judge
+from benchflow.analysis.regressions import find, judge
+from benchflow.spec import RegressionLimits
 from benchflow.warehouse import RunRecord, Warehouse
 from tests.conftest import PG_URI, PROJECT_ROOT
 
@@ -35,7 +36,7 @@ def warehouse(request, tmp_path):
     return warehouse
 
 
-def detect(warehouse: Warehouse, dag_id: str, run_id: str, limits: Thresholds) -> list:
+def detect(warehouse: Warehouse, dag_id: str, run_id: str, limits: RegressionLimits) -> list:
     """What the pipeline's detect step does: judge the run, store the findings."""
     findings = find(warehouse, dag_id, run_id, limits)
     warehouse.record_findings(dag_id, run_id, findings)
@@ -78,7 +79,7 @@ def fill_history(warehouse: Warehouse, tonight_scale: float) -> RunRecord:
 
 def test_injected_ten_percent_drop_is_found(warehouse):
     tonight = fill_history(warehouse, tonight_scale=0.90)
-    findings = detect(warehouse, tonight.dag_id, tonight.run_id, Thresholds())
+    findings = detect(warehouse, tonight.dag_id, tonight.run_id, RegressionLimits())
     throughput = sorted((f.case_key, f.metric) for f in findings if f.metric == "tok_per_s")
     assert throughput == [("m=1", "tok_per_s"), ("m=16", "tok_per_s"), ("m=256", "tok_per_s")]
     expected = {"tok_per_s": -0.10, "us_per_token": 1 / 0.9 - 1}  # 10 % fewer tokens/s is 11 % more us/token
@@ -94,7 +95,7 @@ def test_injected_ten_percent_drop_is_found(warehouse):
 
 def test_same_history_without_the_drop_raises_nothing(warehouse):
     tonight = fill_history(warehouse, tonight_scale=1.0)
-    assert detect(warehouse, tonight.dag_id, tonight.run_id, Thresholds()) == []
+    assert detect(warehouse, tonight.dag_id, tonight.run_id, RegressionLimits()) == []
 
 
 def test_baseline_ignores_manual_runs_other_gpus_and_invalid_runs(warehouse):
@@ -105,17 +106,17 @@ def test_baseline_ignores_manual_runs_other_gpus_and_invalid_runs(warehouse):
         warehouse.load(night_run("k", night, status="incomplete"), KERNEL, kernel_rows(2.0, rng))
     tonight = night_run("k", 0)
     warehouse.load(tonight, KERNEL, kernel_rows(1.0, rng))
-    assert detect(warehouse, tonight.dag_id, tonight.run_id, Thresholds()) == []  # no usable baseline at all
+    assert detect(warehouse, tonight.dag_id, tonight.run_id, RegressionLimits()) == []  # no usable baseline at all
 
 
 def test_judge_knows_which_way_is_worse():
     history = [100.0, 101.0, 99.0, 100.5, 99.5]
-    assert judge(80.0, history, "output_throughput", Thresholds()) is not None
-    assert judge(120.0, history, "output_throughput", Thresholds()) is None
-    assert judge(120.0, history, "mean_ttft_ms", Thresholds()) is not None
-    assert judge(80.0, history, "mean_ttft_ms", Thresholds()) is None
-    assert judge(80.0, history[:3], "output_throughput", Thresholds()) is None  # too short a history
-    assert judge(98.0, history, "output_throughput", Thresholds(min_change=0.05)) is None  # quiet but small
+    assert judge(80.0, history, "output_throughput", RegressionLimits()) is not None
+    assert judge(120.0, history, "output_throughput", RegressionLimits()) is None
+    assert judge(120.0, history, "mean_ttft_ms", RegressionLimits()) is not None
+    assert judge(80.0, history, "mean_ttft_ms", RegressionLimits()) is None
+    assert judge(80.0, history[:3], "output_throughput", RegressionLimits()) is None  # too short a history
+    assert judge(98.0, history, "output_throughput", RegressionLimits(min_change=0.05)) is None  # quiet but small
 
 
 def store(tmp_path, name):
@@ -150,7 +151,7 @@ def test_the_three_analyst_questions_from_the_docs(warehouse):
         night_run("serving_pd", 0, status="invalid", run_type="manual"), SERVING, [serving_row("pd", 16, 99999.0)]
     )
     tonight = fill_history(warehouse, tonight_scale=0.9)
-    detect(warehouse, tonight.dag_id, tonight.run_id, Thresholds())
+    detect(warehouse, tonight.dag_id, tonight.run_id, RegressionLimits())
     for week_ago in (3, 10):  # one run this week, one last week, slower
         scale = 1.0 if week_ago == 3 else 0.8
         rows = kernel_rows(scale, random.Random(2))
@@ -173,7 +174,7 @@ def test_report_draws_sweep_and_trend_with_regressions(warehouse, tmp_path):
     from benchflow.analysis import report
 
     tonight = fill_history(warehouse, tonight_scale=0.9)
-    detect(warehouse, tonight.dag_id, tonight.run_id, Thresholds())
+    detect(warehouse, tonight.dag_id, tonight.run_id, RegressionLimits())
     files = report.render(warehouse, tonight.dag_id, tonight.run_id, store(tmp_path, "plots"))
     assert sorted(p.name for p in files) == ["nightly_trend.png", "us_per_token_vs_m.png"]
     for path in files:
@@ -195,9 +196,8 @@ def test_thresholds_per_gpu_model_and_the_notify_hook(warehouse, tmp_path, monke
     assert limits.for_gpu("NVIDIA B200").min_change == 0.5 and limits.for_gpu("NVIDIA H200").min_change == 0.03
     tonight = fill_history(warehouse, tonight_scale=0.9)
 
-    def thresholds(gpu: str) -> Thresholds:
-        chosen = limits.for_gpu(gpu)
-        return Thresholds(chosen.lookback, chosen.min_runs, chosen.z_threshold, chosen.min_change)
+    def thresholds(gpu: str) -> RegressionLimits:
+        return limits.for_gpu(gpu)
 
     assert find(warehouse, tonight.dag_id, tonight.run_id, thresholds("NVIDIA B200")) == []  # 50 %: not reached
     findings = find(warehouse, tonight.dag_id, tonight.run_id, thresholds("NVIDIA H200"))
@@ -282,7 +282,7 @@ def test_a_nightly_regression_needs_the_repeats_to_say_so(warehouse):
     for night in range(8, 0, -1):
         repeated_night(warehouse, "serving_nightly", night, slower=0.0, rng=rng)
     quiet = repeated_night(warehouse, "serving_nightly", 0, slower=0.0, rng=rng)
-    assert detect(warehouse, quiet.dag_id, quiet.run_id, Thresholds()) == []
+    assert detect(warehouse, quiet.dag_id, quiet.run_id, RegressionLimits()) == []
     worse = night_run("serving_nightly", 0)
     worse = RunRecord(**{**worse.__dict__, "run_id": worse.run_id + "_slow"})
     rows = [
@@ -291,7 +291,7 @@ def test_a_nightly_regression_needs_the_repeats_to_say_so(warehouse):
         for r in (1, 2, 3)
     ]
     warehouse.load(worse, SERVING, rows)
-    findings = detect(warehouse, worse.dag_id, worse.run_id, Thresholds())
+    findings = detect(warehouse, worse.dag_id, worse.run_id, RegressionLimits())
     throughput = [f for f in findings if f.metric == "output_throughput"]
     assert sorted(f.case_key for f in throughput) == ["config=pd,concurrency=16", "config=tp4,concurrency=16"]
     for f in throughput:

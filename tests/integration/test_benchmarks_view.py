@@ -9,7 +9,7 @@ import random
 import pytest
 from fastapi.testclient import TestClient
 
-from benchflow.analysis.regressions import Thresholds
+from benchflow.spec import RegressionLimits
 from benchflow.ui import app, signed_in
 from benchflow.warehouse import Warehouse
 from tests.integration.test_analytics import SERVING, detect, fill_history, night_run, serving_row
@@ -23,7 +23,7 @@ def client(tmp_path, monkeypatch):
     warehouse = Warehouse.at(tmp_path / "warehouse.duckdb")
     warehouse.migrate()
     tonight = fill_history(warehouse, tonight_scale=0.9)
-    assert detect(warehouse, tonight.dag_id, tonight.run_id, Thresholds())
+    assert detect(warehouse, tonight.dag_id, tonight.run_id, RegressionLimits())
     rng = random.Random(3)
     for night in (2, 1, 0):
         rows = [

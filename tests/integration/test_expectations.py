@@ -18,7 +18,7 @@ def rows(*specs):
 
 def test_consistent_rows_pass():
     outcome = validate_rows(kinds.get("kernel"), rows((1, 0.151), (9, 1.18), (32, 3.171)))
-    assert outcome.success and outcome.failed == [] and outcome.evaluated == 9
+    assert outcome.success and outcome.failures == [] and outcome.evaluated == 9
     assert "all 9 expectations passed" in outcome.summary()
 
 
@@ -45,8 +45,8 @@ def test_nulls_and_non_positive_m_fail():
     bad[1]["ms_per_call"] = None
     outcome = validate_rows(kinds.get("kernel"), bad)
     assert not outcome.success
-    assert any("not_be_null(ms_per_call" in f for f in outcome.failed)
-    assert any("be_between(m, min_value=1" in f for f in outcome.failed)
+    assert any("not_be_null(ms_per_call" in f for f in outcome.failures)
+    assert any("be_between(m, min_value=1" in f for f in outcome.failures)
 
 
 SGLANG = (FIXTURES / "sglang_bench_serving_sgl-cookbook_DeepSeek-R1.txt").read_text()
@@ -86,7 +86,7 @@ def test_serving_rules_fail_readably(what, change, rule):
     rows[1].update(change)
     outcome = validate_rows(kinds.get("serving"), rows, swept=[1, 8, 16])
     assert not outcome.success, what
-    assert any(rule in failure for failure in outcome.failed), outcome.failed
+    assert any(rule in failure for failure in outcome.failures), outcome.failures
     assert 1 in outcome.row_reasons
 
 
@@ -98,4 +98,4 @@ def test_throughput_check_forgives_only_what_the_printed_duration_explains():
     assert validate_rows(kinds.get("serving"), rows, swept=[1, 8, 16]).success
     rows[0].update(output_throughput=420.0)  # 12.5 % off: more than a rounded duration can explain
     outcome = validate_rows(kinds.get("serving"), rows, swept=[1, 8, 16])
-    assert not outcome.success and any("output_throughput_rel_err" in f for f in outcome.failed)
+    assert not outcome.success and any("output_throughput_rel_err" in f for f in outcome.failures)

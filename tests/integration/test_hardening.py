@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from benchflow import kinds, pipeline
+from benchflow import artifacts, kinds, pipeline
 from benchflow.hosts.local import LocalHost
 from benchflow.remote import jobs, layout
 from benchflow.triggers import DoneMarkerTrigger
@@ -69,7 +69,7 @@ def test_a_host_unreachable_past_the_timeout_and_grace_fails_the_wait(monkeypatc
 def test_a_chatty_log_keeps_runs_detail_and_xcom_small(tmp_path, monkeypatch):
     """A kernel table interleaved with 100,000 NCCL INFO lines: every row is kept, the notes are capped."""
     monkeypatch.setenv("BENCH_ARTIFACTS_URL", f"file://{tmp_path / 'store'}")
-    store = pipeline.artifact_store("bench_chatty", "run1")
+    store = artifacts.store("bench_chatty", "run1")
     noise = "".join(f"[rank0] NCCL INFO ring {i}: 0 -> 1 via P2P/IPC\n" for i in range(50000))
     table = "M ms/call tok/s us/token note\n" + noise + "1 0.5 2000 500.0\n" + noise + "2 1.0 2000 500.0\nALL_DONE\n"
     (store / "bench.log").write_text(table)
@@ -87,15 +87,15 @@ def test_fetch_and_parse_on_workers_with_different_local_disks(tmp_path, monkeyp
     host = LocalHost()
     log = tmp_path / "host-bench.log"
     log.write_text("M ms/call tok/s us/token\n1 0.5 2000 500.0\nALL_DONE\n")
-    store = pipeline.artifact_store("bench_two_disks", "run1")
-    assert pipeline.store_file(host, str(log), store / "bench.log")
-    assert not pipeline.store_file(host, str(tmp_path / "missing"), store / "missing")
+    store = artifacts.store("bench_two_disks", "run1")
+    assert artifacts.store_file(host, str(log), store / "bench.log")
+    assert not artifacts.store_file(host, str(tmp_path / "missing"), store / "missing")
     fetched = pipeline.Fetched(str(store), ["bench.log"], ["missing"], ["bench.log"]).to_xcom()
 
     monkeypatch.setenv("BENCH_VAR_DIR", str(tmp_path / "worker-b"))  # another machine: another var/
     parsed = pipeline.parse(pipeline.Fetched.from_xcom(fetched), KERNEL, None, "ALL_DONE", {}, {})
     assert (parsed.status, parsed.rows) == ("ok", 1)
-    assert pipeline.read_rows(parsed.store)[0]["m"] == 1
+    assert artifacts.read_rows(parsed.store)[0]["m"] == 1
     assert not (tmp_path / "worker-b" / "artifacts").exists()
 
 

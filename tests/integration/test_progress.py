@@ -1,4 +1,4 @@
-"""``bench run``, quiet (benchflow.progress), as a user runs it: the real CLI in a subprocess, campaigns of the
+"""``bench run``, quiet (benchflow.runner), as a user runs it: the real CLI in a subprocess, campaigns of the
 fault payload on the local host, Airflow's metadata in the test PostgreSQL database.
 
 A good run prints a line per task, the wait's progress and the table, with Airflow's logs only in the file it
@@ -79,6 +79,21 @@ def bench_run(env: dict[str, str], campaign: str) -> subprocess.CompletedProcess
     )
 
 
+def run_states(dag_id: str, run_id: str) -> set[str]:
+    """The states of a run and of its task instances, as Airflow's models read them."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        (dag_run,) = DagRun.find(dag_id=dag_id, run_id=run_id, session=session)
+        unfinished = {
+            str(ti.state)
+            for ti in dag_run.get_task_instances(session=session)
+            if ti.state not in ("success", "skipped", "upstream_failed", "removed")
+        }
+        return {str(dag_run.state)} | unfinished
+
+
 def log_file(stdout: str) -> Path:
     line = next(line for line in stdout.splitlines() if line.startswith("Airflow logs: "))
     return Path(line.split(": ", 1)[1].split("  ")[0])
@@ -98,9 +113,12 @@ def test_a_good_run_prints_task_lines_progress_and_the_table(env, var_dir):
     progress = [line for line in lines if " wait    wait_done: " in line]
     assert progress and any("check" in line for line in progress), out  # elapsed, check, newest log line
     assert any(line.startswith("bench_quiet_ok run manual__") and ": success in " in line for line in lines), out
-    table = lines.index(next(line for line in lines if line.split()[:2] == ["M", "ms_per_call"]))
+    table = lines.index(next(line for line in lines if line.split()[:4] == ["m", "(tokens)", "ms_per_call", "(ms)"]))
     assert [line.split()[0] for line in lines[table + 1 : table + 5]] == ["1", "2", "4", "8"]
     assert any(line.startswith("results: ") for line in lines)
+    artifacts = Path(next(line for line in lines if line.startswith("artifacts: ")).split(": ", 1)[1])
+    assert (artifacts / "bench.log").read_text().count("ALL_DONE") == 1  # the run's own fetched log
+    assert json.loads((artifacts / "rows.json").read_text())[0]["m"] == 1
     log = log_file(out)
     assert log.exists() and "[DAG TEST] starting task_id=wait_done" in log.read_text()
     assert services_log(var_dir) == ["stopped", "started"]
@@ -160,6 +178,7 @@ def signalled(proc: subprocess.Popen[str], var_dir: Path, signum: int) -> None:
         assert any(line.split()[1:3] == ["ok", task] for line in out.splitlines() if len(line.split()) > 2), out
     assert live_group_members(pgid) == []
     assert services_log(var_dir) == ["stopped", "started"]
+    assert run_states("bench_quiet_hang", run_id) == {"failed"}  # the run and every unfinished task, through the ORM
     lease = var_dir / "hosts" / "local" / LEASE_FILE  # released: the next campaign may take the host
     assert not lease.exists() or "bench_quiet_hang" not in lease.read_text()
 
@@ -167,7 +186,7 @@ def signalled(proc: subprocess.Popen[str], var_dir: Path, signum: int) -> None:
 def test_on_a_terminal_the_progress_line_is_rewritten_in_place(tmp_path):
     import io
 
-    from benchflow.progress import Watch
+    from benchflow.runner import Watch
 
     log = tmp_path / "run.log"
     log.write_text(

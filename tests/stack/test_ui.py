@@ -19,7 +19,8 @@ from urllib.parse import unquote
 import pytest
 
 from benchflow import kinds
-from benchflow.analysis.regressions import Thresholds, find
+from benchflow.analysis.regressions import find
+from benchflow.spec import RegressionLimits
 from benchflow.warehouse import RunRecord, Warehouse
 from tests.airflow_stack import PASSWORD, USER
 from tests.conftest import PROJECT_ROOT
@@ -97,7 +98,7 @@ def test_trigger_a_new_config_from_the_form_and_watch_it_finish(stack, page):
     # The Benchmarks view: six earlier nights twice as fast make tonight's run a regression on every case.
     warehouse = Warehouse.at(stack.var / "warehouse.duckdb")
     seed_faster_nights(warehouse, run_id)
-    findings = find(warehouse, DAG, run_id, Thresholds())
+    findings = find(warehouse, DAG, run_id, RegressionLimits())
     assert findings
     warehouse.record_findings(DAG, run_id, findings)
 

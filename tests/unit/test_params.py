@@ -2,18 +2,21 @@ from __future__ import annotations
 
 import pytest
 
+from benchflow import kinds
 from benchflow.params import overlay, param_schemas, server_args
 
 pytestmark = pytest.mark.unit
+KERNEL = kinds.get("kernel").form
+SERVING = kinds.get("serving").form
 
 
 def test_schemas_have_types_ranges_and_enums():
-    schemas = param_schemas({"m_list": [1, 2], "dtype": "bf16", "warmup": 3, "label": "x"}, serving=True)
+    schemas = param_schemas({"m_list": [1, 2], "dtype": "bf16", "warmup": 3, "label": "x"}, True, KERNEL)
     assert schemas["m_list"][1]["items"]["minimum"] == 1 and schemas["m_list"][0] == [1, 2]
     assert schemas["dtype"][1]["enum"] == ["bf16", "fp16", "fp32", "fp8"]
     assert schemas["warmup"][1]["type"] == "integer"
     assert schemas["server_args"][0] == ""
-    assert "server_args" not in param_schemas({"m_list": [1]}, serving=False)
+    assert "server_args" not in param_schemas({"m_list": [1]}, False, KERNEL)
 
 
 def test_overlay_takes_valid_values_and_ignores_unknown_names():
@@ -33,7 +36,7 @@ def test_overlay_takes_valid_values_and_ignores_unknown_names():
 )
 def test_overlay_rejects_values_outside_their_schema(params, message):
     with pytest.raises(ValueError, match=message):
-        overlay({"m_list": [1], "dtype": "bf16", "note": "x"}, params)
+        overlay({"m_list": [1], "dtype": "bf16", "note": "x"}, params, KERNEL)
 
 
 def test_server_args_are_checked_and_quoted():
@@ -69,7 +72,7 @@ def test_every_field_has_a_title_a_description_with_its_unit_and_a_section():
     from benchflow.params import SECTIONS
 
     args = {"warmup": 3, "m_list": [1, 2], "dtype": "bf16", "label": "x", "window_ms": 5.0, "concurrency": [1]}
-    schemas = param_schemas(args, serving=True)
+    schemas = param_schemas(args, True, {**KERNEL, **SERVING})
     for name, (_, schema) in schemas.items():
         assert schema["title"] and "Unit: " in schema["description"], name
         assert schema["section"] in SECTIONS, name

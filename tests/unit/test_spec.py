@@ -133,7 +133,12 @@ SERVING_BAD = [
         "configs.0.servers.0.health_path",
     ),
     ("kernel format for serving", "script: sweep.py", "script: sweep.py\n  format: table", ""),
-    ("patterns without generic", "script: sweep.py", "script: sweep.py\n  patterns: {a: {regex: '(?P<value>x)'}}", ""),
+    (
+        "patterns without generic",
+        "script: sweep.py",
+        "script: sweep.py\n  patterns: {a: {regex: '(?P<value>x)'}}",
+        "benchmark.patterns",
+    ),
     ("the old parser field", "script: sweep.py", "script: sweep.py\n  parser: serving_log", "benchmark"),
     ("an unknown kind", "kind: serving", "kind: servin", "kind"),
     (
@@ -159,6 +164,14 @@ def test_serving_spec_needs_configs(tmp_path):
         load_spec(write(tmp_path, without))
 
 
+def test_a_field_of_another_kind_says_whose_it_is(tmp_path):
+    text = GOOD.replace("  script: bench_moe.py\n", "  script: bench_moe.py\n  repeats: 3\n")
+    with pytest.raises(
+        SpecError, match=r"benchmark.repeats: unknown field for kind 'kernel': it belongs to kind 'serving'"
+    ):
+        load_spec(write(tmp_path, text))
+
+
 def test_kernel_spec_cannot_declare_servers(tmp_path):
     text = GOOD + "configs:\n  - name: x\n    servers:\n      - {name: a, command: b, port: 1}\n"
     with pytest.raises(SpecError, match=r"configs .servers. do not belong to a kernel campaign"):
@@ -174,7 +187,7 @@ def test_old_parser_field_says_what_to_rename(tmp_path):
 def test_generic_kind_needs_valid_patterns(tmp_path):
     generic = GOOD.replace("kind: kernel\n", "kind: generic\n")
     assert generic != GOOD
-    with pytest.raises(SpecError, match="patterns go with kind generic"):
+    with pytest.raises(SpecError, match=r"camp.yaml:6: benchmark.patterns: Field required"):
         load_spec(write(tmp_path, generic))
     good = generic + "  patterns:\n    tok_s: {regex: 'tok/s (?P<value>[0-9.]+)', unit: tok/s}\n"
     good = good.replace("timeouts:\n  benchmark: 60\n", "") + "timeouts:\n  benchmark: 60\n"

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from benchflow import kinds
 from benchflow.stats import Comparison, compare
+from benchflow.warehouse import queries
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,36 +58,22 @@ class Row:
 
 def run_of(warehouse: Warehouse, side: Side) -> str:
     """The run a side stands for."""
-    p = warehouse.p
     if side.when and not _NIGHT.match(side.when):
         return side.when
-    where, params = f"campaign = {p}", [side.campaign]
-    if side.when:
-        where += f" AND CAST(night AS TEXT) = {p}"
-        params.append(side.when)
-    runs = warehouse.query(
-        f"SELECT run_id FROM valid_runs WHERE {where} ORDER BY COALESCE(logical_date, started_at) DESC LIMIT 1", params
-    )
+    runs = queries.valid_runs_of(warehouse, side.campaign, side.when)
     if not len(runs):
         raise LookupError(f"no valid run of {side}")
     return str(runs["run_id"].iloc[0])
 
 
 def samples(warehouse: Warehouse, side: Side) -> pd.DataFrame:
-    p = warehouse.p
-    sql = f"SELECT point, metric, value FROM metric_samples WHERE campaign = {p} AND run_id = {p}"
-    params = [side.campaign, run_of(warehouse, side)]
-    if side.config:
-        sql += f" AND config = {p}"
-        params.append(side.config)
-    return warehouse.query(sql, params)
+    return queries.run_samples(warehouse, side.campaign, run_of(warehouse, side), side.config)
 
 
 def compare_sides(
     warehouse: Warehouse, a: Side, b: Side, point: str | None = None, metric: str | None = None
 ) -> list[Row]:
     """Every point and metric both sides have (or the one asked for), ``b`` against ``a``."""
-    better = {m: way for kind in kinds.all_kinds() for m, way in kind.trend.items()}
     left, right = samples(warehouse, a), samples(warehouse, b)
     rows: list[Row] = []
     for (at, name), mine in left.groupby(["point", "metric"], sort=True):
@@ -97,7 +84,7 @@ def compare_sides(
             continue
         values_a, values_b = list(mine["value"]), list(theirs["value"])
         try:
-            result = compare(values_a, values_b, better[str(name)])
+            result = compare(values_a, values_b, kinds.trend_direction(str(name)))
         except ValueError:
             result = None
         rows.append(Row(str(at), str(name), result, len(values_a), len(values_b)))

@@ -19,34 +19,25 @@ from __future__ import annotations
 
 import importlib
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Literal
 
 from benchflow import kinds
-from benchflow.warehouse import Finding
+from benchflow.records import Finding
+from benchflow.warehouse import queries
 
 if TYPE_CHECKING:
+    from benchflow.spec import RegressionLimits
     from benchflow.warehouse import Warehouse
 
 
 def direction(metric: str) -> str:
-    """Which way is better for a trend metric, as its kind declares it."""
-    for kind in kinds.all_kinds():
-        if metric in kind.trend:
-            return "higher_is_better" if kind.trend[metric] == "higher" else "lower_is_better"
-    raise KeyError(f"no result kind trends the metric {metric!r}")
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    lookback: int = 14
-    min_runs: int = 5
-    z_threshold: float = 2.5
-    min_change: float = 0.05
+    """Which way is better for a trend metric, as its kind declares it (the words ``regressions`` stores)."""
+    return "higher_is_better" if kinds.trend_direction(metric) == "higher" else "lower_is_better"
 
 
 def judge_repeats(
-    tonight: list[float], baseline: list[float], history: list[float], metric: str, limits: Thresholds
+    tonight: list[float], baseline: list[float], history: list[float], metric: str, limits: RegressionLimits
 ) -> Finding | None:
     """A finding when tonight's repeats are worse than the baseline nights' repeats: the ratio's 95 % interval
     lies on the worse side of 1 and its point estimate changes by at least ``min_change``."""
@@ -83,7 +74,7 @@ def judge_repeats(
     )
 
 
-def judge(value: float, history: list[float], metric: str, limits: Thresholds) -> Finding | None:
+def judge(value: float, history: list[float], metric: str, limits: RegressionLimits) -> Finding | None:
     """A finding when ``value`` is worse than ``history`` beyond noise and beyond the minimum change."""
     if len(history) < limits.min_runs:
         return None
@@ -104,27 +95,14 @@ def judge(value: float, history: list[float], metric: str, limits: Thresholds) -
     return Finding("", metric, value, mean, std, len(history), change, z, worse, test="z")
 
 
-def find(warehouse: Warehouse, dag_id: str, run_id: str, limits: Thresholds) -> list[Finding]:
+def find(warehouse: Warehouse, dag_id: str, run_id: str, limits: RegressionLimits) -> list[Finding]:
     """Judge every case and metric of one loaded run against its baseline; returns the findings."""
-    p = warehouse.p
-    current = warehouse.query(
-        "SELECT h.case_key, h.metric, h.value, h.n, r.gpu_model, r.campaign, "
-        "COALESCE(r.logical_date, r.started_at) AS t FROM metric_history h "
-        f"JOIN runs r ON r.dag_id = h.dag_id AND r.run_id = h.run_id WHERE h.dag_id = {p} AND h.run_id = {p}",
-        [dag_id, run_id],
-    )
+    current = queries.run_means(warehouse, dag_id, run_id)
     if not len(current):
         return []
     first = current.iloc[0]
-    history = warehouse.query(
-        "SELECT case_key, metric, value, run_id FROM ("
-        "  SELECT h.case_key, h.metric, h.value, h.run_id, ROW_NUMBER() OVER ("
-        "    PARTITION BY h.case_key, h.metric ORDER BY COALESCE(r.logical_date, r.started_at) DESC) AS back"
-        "  FROM metric_history h JOIN runs r ON r.dag_id = h.dag_id AND r.run_id = h.run_id"
-        f"  WHERE h.campaign = {p} AND h.run_type = 'scheduled' AND h.gpu_model = {p} AND h.run_id <> {p}"
-        f"    AND COALESCE(r.logical_date, r.started_at) < {p}"
-        f") recent WHERE back <= {p}",
-        [first["campaign"], first["gpu_model"], run_id, first["t"], limits.lookback],
+    history = queries.baseline_means(
+        warehouse, str(first["campaign"]), str(first["gpu_model"]), run_id, first["t"], limits.lookback
     )
     nights: dict[tuple[str, str], list[float]] = {}
     runs: dict[tuple[str, str], set[str]] = {}
@@ -149,13 +127,8 @@ def find(warehouse: Warehouse, dag_id: str, run_id: str, limits: Thresholds) -> 
 
 def _samples(warehouse: Warehouse, campaign: str, gpu_model: str) -> dict[tuple[str, str, str], list[float]]:
     """Every repeat of the campaign's valid runs on this GPU model, by (case, metric, run)."""
-    p = warehouse.p
-    rows = warehouse.query(
-        f"SELECT case_key, metric, run_id, value FROM metric_samples WHERE campaign = {p} AND gpu_model = {p}",
-        [campaign, gpu_model],
-    )
     found: dict[tuple[str, str, str], list[float]] = {}
-    for row in rows.itertuples(index=False):
+    for row in queries.campaign_samples(warehouse, campaign, gpu_model).itertuples(index=False):
         found.setdefault((row.case_key, row.metric, str(row.run_id)), []).append(float(row.value))
     return found
 

@@ -11,10 +11,12 @@ import io
 from typing import TYPE_CHECKING, Any
 
 from benchflow import kinds
+from benchflow.warehouse import queries
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
+    from benchflow.kinds import ResultKind
     from benchflow.warehouse import Warehouse
 
 
@@ -24,51 +26,43 @@ def render(warehouse: Warehouse, dag_id: str, run_id: str, out: ObjectStoragePat
 
     matplotlib.use("Agg")
 
-    p = warehouse.p
-    run = warehouse.query(f"SELECT campaign FROM runs WHERE dag_id = {p} AND run_id = {p}", [dag_id, run_id])
+    run = queries.run_record(warehouse, dag_id, run_id)
     if not len(run):
         return []
-    campaign = str(run["campaign"][0])
+    campaign = str(run["campaign"].iloc[0])
     out.mkdir(parents=True, exist_ok=True)
     written: list[ObjectStoragePath] = []
     for kind in kinds.all_kinds():
-        rows = warehouse.query(f"SELECT * FROM {kind.table} WHERE dag_id = {p} AND run_id = {p}", [dag_id, run_id])
+        rows = queries.run_rows(warehouse, kind, dag_id, run_id)
         if not len(rows):
             continue
         for name, fig in kind.plots(rows, campaign) if kind.plots else []:
             written.append(_save(fig, out / name))
-        if kind.headline in kind.trend:
-            trend = _trend(warehouse, kind, campaign, dag_id, run_id)
+        if kind.headline is not None:
+            trend = _trend(warehouse, kind, campaign)
             if trend is not None:
                 written.append(_save(trend, out / "nightly_trend.png"))
     return written
 
 
-def _trend(warehouse: Warehouse, kind: Any, campaign: str, dag_id: str, run_id: str) -> Any:
+def _trend(warehouse: Warehouse, kind: ResultKind, campaign: str) -> Any:
     """The headline metric night by night for the run's best-covered case; regressed nights circled."""
     import matplotlib.pyplot as plt
 
-    p = warehouse.p
-    history = warehouse.query(
-        f"SELECT case_key, run_id, night, value FROM metric_history WHERE campaign = {p} AND metric = {p} "
-        "ORDER BY night",
-        [campaign, kind.headline],
-    )
+    assert kind.headline is not None
+    history = queries.trend_history(warehouse, campaign, kind.headline)
     if not len(history):
         return None
     case = history.groupby("case_key")["run_id"].count().idxmax()
     series = history[history["case_key"] == case]
-    regressed = warehouse.query(
-        "SELECT DISTINCT g.run_id FROM regressions g JOIN runs r ON r.dag_id = g.dag_id AND r.run_id = g.run_id "
-        f"WHERE r.campaign = {p} AND g.metric = {p}",
-        [campaign, kind.headline],
-    )
+    regressed = queries.regressed_runs(warehouse, campaign, kind.headline)
     fig, axis = plt.subplots(figsize=(9, 4))
-    label = f"{kind.headline} at {case}"
-    axis.plot(series["night"], series["value"], marker="o", label=label)
-    bad = series[series["run_id"].isin(set(regressed["run_id"]))]
+    unit = kind.column(kind.headline).unit
+    label = f"{kind.headline} ({unit}) at {case}" if unit else f"{kind.headline} at {case}"
+    axis.plot(series["run_at"], series["value"], marker="o", label=label)
+    bad = series[series["run_id"].isin(regressed)]
     axis.scatter(
-        bad["night"],
+        bad["run_at"],
         bad["value"],
         s=160,
         facecolors="none",
@@ -77,7 +71,7 @@ def _trend(warehouse: Warehouse, kind: Any, campaign: str, dag_id: str, run_id: 
         label="regression",
         zorder=3,
     )
-    axis.set(xlabel="night", ylabel=label, title=f"{campaign}: nightly trend")
+    axis.set(xlabel="run time (UTC)", ylabel=label, title=f"{campaign}: nightly trend")
     axis.grid(alpha=0.3)
     axis.legend()
     fig.autofmt_xdate()

@@ -127,11 +127,6 @@ class SSHHost(Host):
             return False
         return True
 
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-        self._client = self._sftp = None
-
     async def open_session(self) -> AsyncSession:
         return await SSHSession.connect(self.name)
 

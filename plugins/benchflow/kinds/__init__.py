@@ -1,10 +1,13 @@
-"""Result kinds: everything the project knows about one kind of result, in one package each.
+"""Result kinds: everything the project knows about one kind of result, in one package each, declared as data.
 
 A kind (``kernel``, ``serving``, ``generic``, …) is a sub-package of this one that defines ``KIND``, a
-:class:`ResultKind`: the output formats that produce its rows (one pure module per format), its warehouse
-table and columns, its Great Expectations suite and the suite's parameters from the spec, the query that
-shows a run's rows, its trend metrics and which way each is better, and its plots. Spec, CLI, pipeline,
-warehouse, views, regressions and the report look kinds up here; nothing outside this package names one.
+:class:`ResultKind`: the output formats that produce its rows (one pure module per format), its warehouse table
+and its columns (each with its type, unit and display label), its key, its trend metrics (with the direction that
+is better), its Great Expectations suite and the suite's parameters from the spec, its own fields of a spec's
+``benchmark`` section (a pydantic model) and of the trigger form, and its plots. The SQL over a kind (its wide
+view, case and point keys, the query that shows a run's rows) is derived from these declarations by
+:mod:`benchflow.warehouse`; spec, CLI, pipeline, views, regressions and the report look kinds up here, and
+nothing outside this package names one.
 
 Adding a kind: one folder here plus the migration that creates its table (``include/sql/``).
 Adding a format to a kind: one module in the kind's folder, listed in its ``KIND.formats``.
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal
 
+from benchflow.kinds.options import BenchmarkOptions
 from benchflow.parsing import Format, ParsedRun, ParseError
 
 if TYPE_CHECKING:
@@ -28,16 +32,31 @@ ColumnType = Literal["int", "float", "text", "bool"]
 Better = Literal["higher", "lower"]
 
 
-def _no_options(benchmark: Any) -> dict[str, Any]:
-    return {}
+@dataclass(frozen=True)
+class Column:
+    """One column of a kind's table: its type, the unit of the stored value and the label people read.
+
+    ``digits``: decimals when the column is shown in a run's table (None: as stored)."""
+
+    name: str
+    type: ColumnType
+    unit: str = ""
+    label: str = ""
+    digits: int | None = None
+
+    @property
+    def heading(self) -> str:
+        """The label with its unit, as tables and chart axes show it: ``output_throughput (tok/s)``."""
+        label = self.label or self.name
+        return f"{label} ({self.unit})" if self.unit else label
 
 
-def _no_params(benchmark: Any, args: Mapping[str, Any]) -> dict[str, Any]:
-    return {}
+@dataclass(frozen=True)
+class Trend:
+    """A metric judged night over night, and which way is better."""
 
-
-def _no_derived(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame
+    column: str
+    better: Better
 
 
 @dataclass(frozen=True)
@@ -45,43 +64,100 @@ class SideTable:
     """Rows a kind loads beside its results from a file the benchmark saved (serving: per-request data)."""
 
     table: str
-    columns: Mapping[str, ColumnType]
+    columns: tuple[Column, ...]
     file: str  # in the run's artifacts, JSON lines
     defaults: Mapping[str, Any] = field(default_factory=dict)  # for rows that do not say
 
 
+def _no_params(options: Any, args: Mapping[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+def _no_derived(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame
+
+
+def _no_parser_options(options: Any) -> dict[str, Any]:
+    return {}
+
+
+def _no_config_args(options: Any, config: Any) -> dict[str, Any]:
+    return {}
+
+
 @dataclass(frozen=True)
 class ResultKind:
-    """One kind of result. ``formats[0]`` is the default format of a spec of this kind."""
+    """One kind of result. ``formats[0]`` is the default format of a spec of this kind.
+
+    ``key`` identifies a row within a run; ``repeat`` (a key column) numbers the repeats of a case, ``group`` (a
+    key column) is the configuration a row belongs to, ``warmup`` marks rows kept but left out of every statistic.
+    A case is the key without ``repeat``; a point is a case without ``group`` (what configs are compared at).
+    """
 
     name: str
     description: str
     formats: tuple[Format, ...]
     table: str
-    columns: Mapping[str, ColumnType]  # load order, after (dag_id, run_id)
-    key: tuple[str, ...]  # what identifies a case within a run
+    columns: tuple[Column, ...]  # load order, after (dag_id, run_id)
+    key: tuple[str, ...]
+    shown: tuple[str, ...]  # the columns of a run's table (bench run, the Benchmarks view), in order
     expectations: Callable[..., list[Any]]  # GX expectations, given the suite's parameters
     servers: Literal["required", "forbidden", "optional"]
-    display: str  # SELECT list that shows a run's rows (bench run, the results view)
-    trend: Mapping[str, Better]  # metrics judged night over night, and which way is better
-    headline: str  # the metric a trend plot shows
-    case_sql: str  # SQL over the kind's wide view giving a case's key text, e.g. 'm=' || m
-    point_sql: str  # the same without the config, so that configs can be compared point by point
-    group_sql: str  # the config a row belongs to ('NULL' when the kind has none)
     wide_view: str  # analyst view: the kind's rows of valid runs, with the run's provenance
-    wide_sql: str  # its SELECT (over the table aliased ``t`` joined to ``valid_runs v``)
+    trend: tuple[Trend, ...] = ()
+    headline: str | None = None  # the metric that charts and reports lead with (one of the trend metrics)
+    repeat: str | None = None
+    group: str | None = None
+    warmup: str | None = None
+    options: type[BenchmarkOptions] = BenchmarkOptions  # the kind's own fields of a spec's benchmark section
+    default: bool = False  # the kind of a spec that names none
+    former_names: tuple[str, ...] = ()  # what specs wrote before kinds (benchmark.parser), for a helpful error
+    form: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # trigger-form fields of its payloads' args
     derive: Callable[[pd.DataFrame], pd.DataFrame] = _no_derived  # columns only the suite checks
-    suite_params: Callable[[Any, Mapping[str, Any]], dict[str, Any]] = _no_params  # (benchmark, run args)
-    parser_options: Callable[[Any], dict[str, Any]] = _no_options  # (benchmark) → options for parse
-    takes_patterns: bool = False  # the spec's benchmark.patterns configure its format
-    default_repeats: int = 1  # runs of each phase when the spec does not say (benchmark.repeats)
-    repeat_sql: str = "1"  # which repeat of its case a row is
-    warmup_sql: str = "FALSE"  # rows kept but left out of every statistic
+    suite_params: Callable[[Any, Mapping[str, Any]], dict[str, Any]] = _no_params  # (options, run args)
+    parser_options: Callable[[Any], dict[str, Any]] = _no_parser_options  # (options) → keywords of parse
+    config_args: Callable[[Any, Any], dict[str, Any]] = _no_config_args  # (options, config) → the job's extra args
     defaults: Mapping[str, Any] = field(default_factory=dict)  # a column's value when a row leaves it empty
     row_defaults: tuple[str, ...] = ()  # run arguments that fill columns a format leaves empty
     side_tables: tuple[SideTable, ...] = ()
     plots: Callable[[pd.DataFrame, str], list[tuple[str, Any]]] | None = None  # (run rows, title) → figures
-    order_by: str = field(default="")
+
+    def __post_init__(self) -> None:
+        names = self.column_names
+        for what, used in (("key", self.key), ("shown", self.shown), ("trend", [t.column for t in self.trend])):
+            if unknown := [c for c in used if c not in names]:
+                raise ValueError(f"kind {self.name!r}: {what} names unknown columns {unknown}")
+        for what, column in (("repeat", self.repeat), ("group", self.group)):
+            if column is not None and column not in self.key:
+                raise ValueError(f"kind {self.name!r}: {what} column {column!r} is not in its key")
+        if self.headline is not None and self.headline not in {t.column for t in self.trend}:
+            raise ValueError(f"kind {self.name!r}: headline {self.headline!r} is not a trend metric")
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def column(self, name: str) -> Column:
+        for candidate in self.columns:
+            if candidate.name == name:
+                return candidate
+        raise KeyError(f"kind {self.name!r} has no column {name!r}")
+
+    @property
+    def case(self) -> tuple[str, ...]:
+        """The key columns that tell cases apart: the key without its repeat column."""
+        return tuple(c for c in self.key if c != self.repeat)
+
+    @property
+    def point(self) -> tuple[str, ...]:
+        """A case without its configuration: where configs are compared (a concurrency, an M)."""
+        return tuple(c for c in self.case if c != self.group)
+
+    def better(self, metric: str) -> Better:
+        for trend in self.trend:
+            if trend.column == metric:
+                return trend.better
+        raise KeyError(f"kind {self.name!r} does not trend {metric!r}")
 
     def format(self, name: str | None) -> Format:
         if name is None:
@@ -95,20 +171,34 @@ class ResultKind:
     def format_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.formats)
 
+    def present(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """A frame of this kind's columns as people read it: each column headed by its label and unit, numbers
+        rounded to the column's digits (one name per concept: the heading is the warehouse column's)."""
+        shown = frame.copy()
+        for name in shown.columns:
+            if name in self.column_names and (digits := self.column(name).digits) is not None:
+                shown[name] = shown[name].astype("float64").round(digits)
+        return shown.rename(columns={c.name: c.heading for c in self.columns})
+
     def frame(self, rows: list[dict[str, Any]]) -> pd.DataFrame:
         """Rows as a DataFrame with this kind's columns in load order, numbers typed as numbers."""
-        import pandas as pd
-
         filled = [
             {**self.defaults, **{k: v for k, v in r.items() if v is not None or k not in self.defaults}} for r in rows
         ]
-        frame = pd.DataFrame.from_records(filled, columns=list(self.columns))
-        for column, kind in self.columns.items():
-            if kind in ("int", "float"):
-                frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
-            elif kind == "text":
-                frame[column] = frame[column].astype("object")
-        return frame
+        return typed_frame(filled, self.columns)
+
+
+def typed_frame(rows: list[dict[str, Any]], columns: tuple[Column, ...]) -> pd.DataFrame:
+    """``rows`` as a DataFrame of exactly ``columns``: numbers as float64 (NaN for missing), text as objects."""
+    import pandas as pd
+
+    frame = pd.DataFrame.from_records(rows, columns=[c.name for c in columns])
+    for column in columns:
+        if column.type in ("int", "float"):
+            frame[column.name] = pd.to_numeric(frame[column.name], errors="coerce").astype("float64")
+        elif column.type == "text":
+            frame[column.name] = frame[column.name].astype("object")
+    return frame
 
 
 @cache
@@ -134,6 +224,19 @@ def get(name: str) -> ResultKind:
 
 def all_kinds() -> list[ResultKind]:
     return [_registry()[name] for name in names()]
+
+
+def default() -> ResultKind:
+    """The kind of a spec that names none (the one that declares itself the default)."""
+    return next(k for k in all_kinds() if k.default)
+
+
+def trend_direction(metric: str) -> Better:
+    """Which way is better for a trend metric, as the kind that trends it declares."""
+    for kind in all_kinds():
+        if metric in {t.column for t in kind.trend}:
+            return kind.better(metric)
+    raise KeyError(f"no result kind trends the metric {metric!r}")
 
 
 def format_names() -> list[str]:
@@ -175,15 +278,20 @@ def parse_text(
 
 
 __all__ = [
+    "BenchmarkOptions",
+    "Column",
     "Format",
     "ParseError",
     "ParsedRun",
     "ResultKind",
     "SideTable",
+    "Trend",
     "all_kinds",
     "detect",
     "get",
     "names",
     "parse_text",
     "resolve",
+    "trend_direction",
+    "typed_frame",
 ]

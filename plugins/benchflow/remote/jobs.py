@@ -21,6 +21,8 @@ from airflow.providers.ssh.utils.remote_job import (
 
 from benchflow.remote.layout import started_file
 
+LOG_TAIL_LINES = 20  # lines of a job's log shown when it failed (task errors, bench run)
+
 
 def launch_command(paths: RemoteJobPaths, command: str, cwd: str, env: Mapping[str, str] | None = None) -> str:
     """Start ``command`` detached in ``cwd``; print the job's pid once its pid file exists."""
@@ -119,7 +121,7 @@ def progress_line(status: JobStatus, check: int) -> str:
     return f"progress [check {check}, {elapsed}, pid {status.pid}]: {status.last_line}"
 
 
-def tail_command(path: str, lines: int = 20) -> str:
+def tail_command(path: str, lines: int = LOG_TAIL_LINES) -> str:
     return f"tail -n {int(lines)} {shlex.quote(path)} 2>/dev/null || true"
 
 
@@ -160,3 +162,30 @@ _HTTP_PROBE = "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], t
 def http_ok_command(python: str, url: str) -> str:
     """Exit 0 when ``url`` answers 2xx, checked on the host itself (servers listen on its loopback)."""
     return f"{shlex.quote(python)} -c {shlex.quote(_HTTP_PROBE)} {shlex.quote(url)}"
+
+
+def benchmark_command(python: str, script: str, args: str, out: str, marker: str) -> str:
+    """``python <script> <args> --out <out> --marker <marker>``: ``args`` already rendered and quoted
+    (:func:`benchflow.remote.layout.render_args`), every other word quoted here."""
+    q = shlex.quote
+    return f"exec {q(python)} {q(script)} {args} --out {q(out)} --marker {q(marker)}"
+
+
+def server_command(command: str, python: str, port: int, extra: str = "", numa_node: int | None = None) -> str:
+    """A server's shell command from its spec: ``{python}`` and ``{port}`` filled in, ``extra`` (already quoted)
+    appended, under ``numactl`` when it names a NUMA node. ``command`` is the campaign author's (trusted like DAG
+    code); only ``python``, ``port`` and ``numa_node`` come from elsewhere, and each is quoted or an int."""
+    rendered = command.replace("{python}", shlex.quote(python)).replace("{port}", str(int(port)))
+    if extra:
+        rendered = f"{rendered} {extra}"
+    if numa_node is not None:
+        node = int(numa_node)
+        rendered = f"numactl --cpunodebind={node} --membind={node} {rendered}"
+    return rendered
+
+
+def follow_command(paths: RemoteJobPaths, from_line: int) -> str:
+    """Stream a job's log from line ``from_line`` (1-based) as it grows; ends once the job's leader has exited
+    (``--pid``), so no ``tail`` outlives its benchmark on the host."""
+    pid = f'"$(cat {shlex.quote(paths.pid_file)} 2>/dev/null || echo 1)"'
+    return f"exec tail -n +{int(from_line)} -F --pid={pid} {shlex.quote(paths.log_file)} 2>/dev/null"

@@ -8,15 +8,7 @@ from collections.abc import Mapping
 
 from airflow.providers.ssh.utils.remote_job import RemoteJobPaths
 
-_RUN_KEY_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def run_key(run_id: str) -> str:
-    """A path-safe name for an Airflow run id (``manual__2026-11-29T21:14:22+00:00`` has ':' and '+')."""
-    key = _RUN_KEY_UNSAFE.sub("_", run_id).strip(".")
-    if not key:
-        raise ValueError(f"run id {run_id!r} has no usable characters")
-    return key
+from benchflow.artifacts import run_key
 
 
 def run_dir(workdir: str, dag_id: str, run_id: str) -> str:
@@ -55,3 +47,8 @@ def started_file(paths: RemoteJobPaths) -> str:
 def lease_owner(dag_id: str, run_id: str) -> str:
     """Who holds a host's lease during a run: ``<dag_id>/<run key>``."""
     return f"{run_key(dag_id)}/{run_key(run_id)}"
+
+
+def server_job(config: str, server: str) -> str:
+    """The job name of a serving config's server (or router) in the run directory."""
+    return f"server_{config}_{server}"

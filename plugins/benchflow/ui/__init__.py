@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from html import escape
 from typing import Any
-from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
@@ -85,8 +84,4 @@ def health() -> dict[str, Any]:
     return {"status": "ok"}
 
 
-def campaign_href(campaign: str) -> str:
-    return f"campaign/{quote(campaign, safe='')}"
-
-
-__all__ = ["app", "campaign_href"]
+__all__ = ["app"]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from benchflow.ui.charts import Point, Series, line_chart, number
+from benchflow.warehouse import queries
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -93,20 +94,15 @@ def campaigns(warehouse: Warehouse) -> dict[str, ResultKind]:
 
     found: dict[str, ResultKind] = {}
     for kind in kinds.all_kinds():
-        for name in warehouse.query(f"SELECT DISTINCT campaign FROM {kind.wide_view}")["campaign"]:
-            found.setdefault(str(name), kind)
+        for name in queries.campaigns_with_valid_runs(warehouse, kind):
+            found.setdefault(name, kind)
     return dict(sorted(found.items()))
 
 
 def index(warehouse: Warehouse) -> str:
     found = campaigns(warehouse)
-    latest = warehouse.query(
-        "SELECT campaign, dag_id, run_id, night, host, gpu_model, rows_loaded, regressions FROM latest_valid_runs"
-    ).set_index("campaign")
-    runs = warehouse.query(
-        "SELECT campaign, count(*) AS runs, sum(CASE WHEN status = 'ok' THEN 1 ELSE 0 END) AS valid, "
-        "max(started_at) AS last_started FROM runs GROUP BY campaign"
-    ).set_index("campaign")
+    latest = queries.latest_valid_runs(warehouse).set_index("campaign")
+    runs = queries.run_counts(warehouse).set_index("campaign")
     rows = []
     for name, kind in found.items():
         last = latest.loc[name] if name in latest.index else None
@@ -145,25 +141,9 @@ def campaign(warehouse: Warehouse, name: str) -> str:
     if name not in found:
         raise KeyError(name)
     kind = found[name]
-    p = warehouse.p
-    latest = warehouse.query(
-        f"SELECT dag_id, run_id, night, host, gpu_model, run_type, rows_loaded, regressions "
-        f"FROM latest_valid_runs WHERE campaign = {p}",
-        [name],
-    )
-    run = latest.iloc[0]
-    order = kind.order_by or ", ".join(kind.key)
-    rows = warehouse.query(
-        f"SELECT {kind.display} FROM {kind.table} WHERE dag_id = {p} AND run_id = {p} ORDER BY {order}",
-        [run["dag_id"], run["run_id"]],
-    )
-    findings = warehouse.query(
-        "SELECT g.dag_id, g.run_id, r.night, g.case_key, g.metric, g.value, g.baseline_mean, g.relative_change, "
-        f"g.z_score FROM regressions g JOIN (SELECT dag_id, run_id, campaign, "
-        "CAST(COALESCE(logical_date, started_at) AS DATE) AS night FROM runs) r "
-        f"ON r.dag_id = g.dag_id AND r.run_id = g.run_id WHERE r.campaign = {p} ORDER BY r.night DESC, g.case_key",
-        [name],
-    )
+    run = queries.latest_valid_runs(warehouse, name).iloc[0]
+    rows = kind.present(queries.shown_rows(warehouse, kind, run["dag_id"], run["run_id"]))
+    findings = queries.findings(warehouse, name)
     out = [
         f'<p class="muted"><a href="../">All campaigns</a></p><h1>{escape(name)}</h1>',
         f'<p class="muted">kind {escape(kind.name)}; warehouse {escape(warehouse.location)}</p>',
@@ -198,13 +178,7 @@ def campaign(warehouse: Warehouse, name: str) -> str:
 
 def trend_charts(warehouse: Warehouse, kind: ResultKind, name: str, findings: pd.DataFrame) -> str:
     """One chart per trend metric: every case a line over the valid runs, regressed points circled."""
-    p = warehouse.p
-    history = warehouse.query(
-        "SELECT h.case_key, h.metric, h.dag_id, h.run_id, h.night, h.value, "
-        "COALESCE(v.logical_date, v.started_at) AS run_at FROM metric_history h JOIN valid_runs v "
-        f"ON v.dag_id = h.dag_id AND v.run_id = h.run_id WHERE h.campaign = {p} ORDER BY run_at, h.run_id",
-        [name],
-    )
+    history = queries.trend_history(warehouse, name)
     if not len(history):
         return '<p class="empty">no history</p>'
     order = {run: i for i, run in enumerate(dict.fromkeys(zip(history["dag_id"], history["run_id"], strict=True)))}
@@ -214,7 +188,8 @@ def trend_charts(warehouse: Warehouse, kind: ResultKind, name: str, findings: pd
     }
     marked = set(zip(findings["run_id"], findings["case_key"], findings["metric"], strict=True))
     charts = []
-    for metric, better in kind.trend.items():
+    for trend in kind.trend:
+        metric, better = trend.column, trend.better
         part = history[history["metric"] == metric]
         if not len(part):
             continue
@@ -237,7 +212,7 @@ def trend_charts(warehouse: Warehouse, kind: ResultKind, name: str, findings: pd
             line_chart(
                 series,
                 "night, MM-DD (one point per valid run)",
-                f"{metric} ({better} is better)",
+                f"{kind.column(metric).heading}, {better} is better",
                 x_names=nights,
                 title=f"{metric} trend",
             )
@@ -249,14 +224,8 @@ def _natural(item: tuple[Any, Any]) -> list[Any]:
     return [(0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", str(item[0])) if t]
 
 
-def case_key(kind: ResultKind) -> list[str]:
-    """The key columns that tell cases apart: the kind's key without its repeat column, if it has one."""
-    repeat = str(getattr(kind, "repeat_sql", "1"))
-    return [column for column in kind.key if column != repeat]
-
-
 def comparison_title(kind: ResultKind) -> str:
-    key = case_key(kind)
+    key = kind.case
     if len(key) > 1:
         return f"{kind.headline} of each {', '.join(key[:-1])} at each {key[-1]} (latest valid run)"
     return f"{kind.headline} against {key[-1]} (latest valid run)"
@@ -266,21 +235,14 @@ def comparison(warehouse: Warehouse, kind: ResultKind, name: str, run: Any) -> s
     """The headline metric of the latest valid run (the mean over repeats, warm-ups left out, where the kind has
     them): one line per value of the leading key columns, against the last key column, and the same as a table
     (configs side by side at each concurrency)."""
-    p = warehouse.p
-    key = case_key(kind)
-    axis, groups = key[-1], key[:-1]
-    warmup = str(getattr(kind, "warmup_sql", "FALSE"))
-    columns = ", ".join(key)
-    frame = warehouse.query(
-        f"SELECT {columns}, AVG({kind.headline}) AS value FROM {kind.wide_view} WHERE dag_id = {p} AND run_id = {p} "
-        f"AND {kind.headline} IS NOT NULL AND NOT ({warmup}) GROUP BY {columns} ORDER BY {columns}",
-        [run["dag_id"], run["run_id"]],
-    )
+    key = kind.case
+    axis, groups = key[-1], list(key[:-1])
+    frame = queries.headline_by_case(warehouse, kind, run["dag_id"], run["run_id"])
     if not len(frame):
         return '<p class="empty">no rows</p>'
     label = frame[groups].astype(str).agg(", ".join, axis=1) if groups else None
     frame["series"] = label if label is not None else kind.headline
-    numeric = kind.columns.get(axis) in ("int", "float")
+    numeric = kind.column(axis).type in ("int", "float")
     series = []
     for group, rows in list(frame.groupby("series", sort=False))[:MAX_SERIES]:
         series.append(
@@ -299,7 +261,9 @@ def comparison(warehouse: Warehouse, kind: ResultKind, name: str, run: Any) -> s
         )
     positive = numeric and bool((frame[axis] > 0).all())
     spread = positive and frame[axis].max() / max(frame[axis].min(), 1e-9) >= 16
-    chart = line_chart(series, axis, kind.headline, x_log=spread, title=comparison_title(kind))
+    assert kind.headline is not None
+    headline = kind.column(kind.headline).heading
+    chart = line_chart(series, kind.column(axis).heading, headline, x_log=spread, title=comparison_title(kind))
     if groups:
         pivot = frame.pivot_table(index=axis, columns="series", values="value", aggfunc="first").reset_index()
         pivot.columns = [str(c) for c in pivot.columns]

@@ -1,9 +1,11 @@
 """The results warehouse: a DuckDB file by default, or what the Airflow connection ``bench_warehouse`` names.
 
-Backends are ``DbApiHook``s (:mod:`benchflow.warehouse.hooks`). The schema is numbered migrations in
-``include/sql/`` plus the analyst views, applied by ``bench migrate`` (:mod:`benchflow.warehouse.schema`);
-reads never migrate. Every write for one run happens in one transaction that first deletes the run's rows,
-so a rerun replaces and a crash mid-load leaves the previous state.
+Every SQL statement of the project lives in this package: backends are ``DbApiHook``s behind one protocol
+(:mod:`.hooks`); the schema is numbered migrations in ``include/sql/`` plus the analyst views, whose SQL is
+derived from the result kinds' declarations (:mod:`.kindsql`, :mod:`.schema`), applied by ``bench migrate``;
+every read that the UI, the analyses, the CLI and the pipeline make is a named function of :mod:`.queries`.
+Reads never migrate. Every write for one run happens in one transaction that first deletes the run's rows, so
+a rerun replaces and a crash mid-load leaves the previous state. A new backend is audited in this folder alone.
 """
 
 from __future__ import annotations
@@ -11,99 +13,30 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchflow.paths import var_dir
+from benchflow.records import Finding, RunRecord, Validation
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from benchflow.kinds import ResultKind
+    from benchflow.kinds import ResultKind, SideTable
+    from benchflow.warehouse.hooks import WarehouseHook
 
 CONN_ID = "bench_warehouse"
-RUN_STATUSES = ("ok", "incomplete", "failed", "invalid")
-
-
-@dataclass
-class RunRecord:
-    dag_id: str
-    run_id: str
-    campaign: str
-    host: str
-    spec_hash: str
-    status: str
-    payload_sha256: str | None = None
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    rows_loaded: int = 0
-    host_facts: dict[str, Any] = field(default_factory=dict)
-    detail: str = ""
-    logical_date: datetime | None = None
-    run_type: str | None = None
-    conf: dict[str, Any] = field(default_factory=dict)
-    git_sha: str | None = None
-
-    def gpu(self) -> tuple[str, int, str | None]:
-        """(model, count, driver) from the preflight facts; ('none', 0, None) on a CPU host."""
-        first = str(self.host_facts.get("gpu", "none")).split("; ")[0]
-        if first in ("", "none"):
-            return "none", 0, None
-        parts = [p.strip() for p in first.split(",")]
-        return parts[0], int(self.host_facts.get("gpu_count", 1)), parts[1] if len(parts) > 1 else None
-
-    def __post_init__(self) -> None:
-        if self.status not in RUN_STATUSES:
-            raise ValueError(f"run status {self.status!r} is not one of {RUN_STATUSES}")
 
 
 def default_path() -> Path:
     return var_dir() / "warehouse.duckdb"
 
 
-@dataclass
-class Validation:
-    """What the validate step found, as load stores it."""
-
-    suite: str
-    success: bool
-    evaluated: int
-    failures: list[str]
-    rows_checked: int
-    row_reasons: dict[int, list[str]] = field(default_factory=dict)
-
-    def summary(self) -> str:
-        if self.success:
-            return f"GX suite {self.suite!r}: all {self.evaluated} expectations passed on {self.rows_checked} rows"
-        lines = [f"GX suite {self.suite!r}: {len(self.failures)} of {self.evaluated} expectations failed:"]
-        return "\n".join(lines + [f"  - {item}" for item in self.failures])
-
-
-@dataclass
-class Finding:
-    """A metric of a case worse than its baseline beyond noise (judged by the analysis package's regression check)."""
-
-    case_key: str
-    metric: str
-    value: float
-    baseline_mean: float
-    baseline_std: float
-    baseline_runs: int
-    relative_change: float
-    z_score: float
-    direction: str
-    ci_low: float | None = None  # 95 % interval of value / baseline, when tonight had repeats
-    ci_high: float | None = None
-    p_value: float | None = None
-    test: str = "z"  # 'welch-log' (tonight's repeats against the baseline's) or 'z' (one value a night)
-
-
 class Transaction:
     """An open transaction on one connection; statements use the backend's placeholder ``p``."""
 
-    def __init__(self, hook: Any, con: Any):
+    def __init__(self, hook: WarehouseHook, con: Any):
         self.hook, self.con = hook, con
         self.p: str = hook.placeholder
 
@@ -143,7 +76,7 @@ class Warehouse:
     """The results tables behind one hook. Build it with :meth:`from_airflow` (what tasks use),
     :meth:`at` (a DuckDB file) or :meth:`postgres` (a libpq URI, for tests and benchmarks)."""
 
-    def __init__(self, hook: Any, location: str):
+    def __init__(self, hook: WarehouseHook, location: str):
         self.hook = hook
         self.location = location
         self.p: str = hook.placeholder
@@ -165,16 +98,16 @@ class Warehouse:
     def _from_connection(cls, conn: Any, read_only: bool) -> Warehouse:
         from benchflow.warehouse.hooks import DuckDBHook, WarehousePostgresHook
 
-        hook: Any
+        hook: WarehouseHook
         if conn.conn_type in ("postgres", "postgresql"):
-            hook = WarehousePostgresHook(postgres_conn_id=conn.conn_id, read_only=read_only)
+            hook = WarehousePostgresHook(postgres_conn_id=conn.conn_id, read_only=read_only, log_sql=False)
             hook.use(conn)
             schema = hook.search_path
             where = f"postgres:{conn.host}:{conn.port or 5432}/{conn.schema}"
             where += f" (schema {schema})" if schema else ""
             return cls(hook, where)
         if conn.conn_type == "duckdb":
-            hook = DuckDBHook(duckdb_conn_id=conn.conn_id, read_only=read_only)
+            hook = DuckDBHook(duckdb_conn_id=conn.conn_id, read_only=read_only, log_sql=False)
             hook._connection = conn
             return cls(hook, str(hook.snapshot_path() if read_only else hook.database_path()))
         raise ValueError(f"connection {conn.conn_id!r} has type {conn.conn_type!r}; use 'postgres' or 'duckdb'")
@@ -183,7 +116,7 @@ class Warehouse:
     def at(cls, path: Path | str, read_only: bool = False) -> Warehouse:
         from benchflow.warehouse.hooks import DuckDBHook
 
-        hook = DuckDBHook(path=path, read_only=read_only)
+        hook = DuckDBHook(path=path, read_only=read_only, log_sql=False)
         return cls(hook, str(hook.snapshot_path() if read_only else path))
 
     @classmethod
@@ -194,10 +127,6 @@ class Warehouse:
         if search_path:
             conn.set_extra(json.dumps({**conn.extra_dejson, "search_path": search_path}))
         return cls._from_connection(conn, read_only)
-
-    @property
-    def dialect(self) -> str:
-        return self.hook.conn_type
 
     @contextmanager
     def connection(self) -> Iterator[Any]:
@@ -221,17 +150,14 @@ class Warehouse:
             self.hook.after_commit(con)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> pd.DataFrame:
-        """Run a read query (placeholders: ``self.p``) and return a DataFrame. Never migrates."""
+        """Run one read statement (placeholders: ``self.p``) through the hook's ``run``; a DataFrame. Never
+        migrates. The named reads are in :mod:`benchflow.warehouse.queries`."""
         import pandas as pd
+        from airflow.providers.common.sql.hooks.handlers import fetch_all_handler
 
-        with self.connection() as con:
-            cur = con.cursor()
-            try:
-                cur.execute(sql, list(params))
-                columns = [d[0] for d in cur.description] if cur.description else []
-                return pd.DataFrame.from_records(cur.fetchall(), columns=columns)
-            finally:
-                cur.close()
+        rows = self.hook.run(sql, parameters=list(params), handler=fetch_all_handler)
+        description = self.hook.last_description or []
+        return pd.DataFrame.from_records(rows or [], columns=[d[0] for d in description])
 
     def migrate(self) -> list[str]:
         """Apply pending migrations and (re)create the analyst views; returns what was applied."""
@@ -258,7 +184,7 @@ class Warehouse:
             tx.delete_run(kind.table, run.dag_id, run.run_id)
             tx.delete_run("quarantine", run.dag_id, run.run_id, f" AND result_kind = {tx.p}", [kind.name])
             if frame is not None and len(frame):
-                self.hook.bulk_insert(tx.con, kind.table, list(kind.columns), frame, [run.dag_id, run.run_id])
+                self.hook.bulk_insert(tx.con, kind.table, list(kind.column_names), frame, [run.dag_id, run.run_id])
             if not valid:
                 assert validation is not None
                 self._quarantine(tx, run, kind, rows, validation)
@@ -268,7 +194,9 @@ class Warehouse:
                 tx.delete_run(side.table, run.dag_id, run.run_id)
                 side_frame = _side_frame(side, (side_rows or {}).get(side.table) or [])
                 if valid and len(side_frame):
-                    self.hook.bulk_insert(tx.con, side.table, list(side.columns), side_frame, [run.dag_id, run.run_id])
+                    self.hook.bulk_insert(
+                        tx.con, side.table, [c.name for c in side.columns], side_frame, [run.dag_id, run.run_id]
+                    )
         return run.rows_loaded
 
     def record_findings(self, dag_id: str, run_id: str, findings: list[Finding]) -> None:
@@ -381,15 +309,14 @@ class Warehouse:
         tx.execute(f"INSERT INTO runs ({columns}) VALUES ({', '.join([tx.p] * len(values))})", values)
 
 
-def _side_frame(side: Any, rows: list[dict[str, Any]]) -> pd.DataFrame:
-    import pandas as pd
+def _side_frame(side: SideTable, rows: list[dict[str, Any]]) -> pd.DataFrame:
+    from benchflow.kinds import typed_frame
 
-    frame = pd.DataFrame.from_records([{**side.defaults, **row} for row in rows], columns=list(side.columns))
-    for column, kind in side.columns.items():
-        if kind == "text":
-            frame[column] = frame[column].astype("object")
-    return frame
+    return typed_frame([{**side.defaults, **row} for row in rows], side.columns)
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+__all__ = ["CONN_ID", "Finding", "RunRecord", "Transaction", "Validation", "Warehouse", "default_path"]

@@ -13,13 +13,38 @@ import tempfile
 import time
 from copy import deepcopy
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from airflow.providers.common.sql.hooks.sql import DbApiHook
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 
 LOCK_WAIT_S = 300.0
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+class WarehouseHook(Protocol):
+    """What the warehouse needs of a backend: a ``DbApiHook`` (``run``, ``get_conn``, ``last_description``) that
+    also knows its placeholder, how to open a transaction, a cursor inside it, what to do once it is committed,
+    and how to bulk-load a DataFrame. ``read_only`` hooks refuse every write."""
+
+    conn_type: str
+    read_only: bool
+    last_description: Any
+
+    @property
+    def placeholder(self) -> str: ...
+
+    def get_conn(self) -> Any: ...
+
+    def run(self, sql: Any, autocommit: bool = ..., parameters: Any = ..., handler: Any = ...) -> Any: ...
+
+    def begin(self, con: Any) -> None: ...
+
+    def cursor(self, con: Any) -> Any: ...
+
+    def after_commit(self, con: Any) -> None: ...
+
+    def bulk_insert(self, con: Any, table: str, columns: list[str], frame: Any, key: list[Any]) -> None: ...
 
 
 class DuckDBHook(DbApiHook):
@@ -90,6 +115,12 @@ class DuckDBHook(DbApiHook):
                     raise
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+    def set_autocommit(self, conn: Any, autocommit: bool) -> None:
+        """A DuckDB connection commits each statement unless a transaction was begun: nothing to set."""
+
+    def get_autocommit(self, conn: Any) -> bool:
+        return True
 
     def begin(self, con: Any) -> None:
         con.begin()
@@ -192,3 +223,28 @@ class WarehousePostgresHook(PostgresHook):
                         copy.write(block)
             cur.execute(f"INSERT INTO {table} (dag_id, run_id, {cols}) SELECT %s, %s, {cols} FROM {staging}", key)
             cur.execute(f"DROP TABLE {staging}")
+
+
+def ensure_postgres_database(host: str, port: int, user: str, database: str) -> bool:
+    """Create ``database`` on a PostgreSQL server when it is missing (``bench up``'s metadata database); False when
+    the server cannot be reached or refuses. The name is quoted as an identifier."""
+    try:
+        import psycopg2
+        from psycopg2 import sql
+    except ImportError:
+        return False
+    try:
+        con = psycopg2.connect(host=host, port=port, user=user, dbname="postgres", connect_timeout=5)
+    except psycopg2.Error:
+        return False
+    try:
+        con.autocommit = True
+        with con.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database])
+            if cur.fetchone() is None:
+                cur.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    except psycopg2.Error:
+        return False
+    finally:
+        con.close()
+    return True

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from benchflow import kinds
 from benchflow.paths import SQL_DIR
+from benchflow.warehouse import kindsql
 
 if TYPE_CHECKING:
     from benchflow.warehouse import Warehouse
@@ -36,20 +37,8 @@ def view_statements() -> tuple[list[str], list[str]]:
     check reads as the nightly series.
     """
     creates = statements((SQL_DIR / "views.sql").read_text())
-    samples: list[str] = []
-    for kind in kinds.all_kinds():
-        creates.append(
-            f"CREATE VIEW {kind.wide_view} AS {kind.wide_sql} FROM {kind.table} t "
-            "JOIN valid_runs v ON v.dag_id = t.dag_id AND v.run_id = t.run_id"
-        )
-        samples += [
-            "SELECT campaign, dag_id, run_id, night, host, gpu_model, run_type, "
-            f"CAST({kind.group_sql} AS TEXT) AS config, {kind.point_sql} AS point, {kind.case_sql} AS case_key, "
-            f"{kind.repeat_sql} AS repeat, '{metric}' AS metric, CAST({metric} AS DOUBLE PRECISION) AS value "
-            f"FROM {kind.wide_view} "
-            f"WHERE {metric} IS NOT NULL AND NOT ({kind.warmup_sql})"
-            for metric in kind.trend
-        ]
+    creates += [kindsql.wide_view(kind) for kind in kinds.all_kinds()]
+    samples = [kindsql.samples_select(kind, t.column) for kind in kinds.all_kinds() for t in kind.trend]
     group = "campaign, dag_id, run_id, night, host, gpu_model, run_type, config, point, case_key, metric"
     creates += [
         "CREATE VIEW metric_samples AS " + " UNION ALL ".join(samples),

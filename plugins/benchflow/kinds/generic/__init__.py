@@ -3,10 +3,54 @@ its case (``case_key``: batch size, M, …) when the pattern says how (see :mod:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from benchflow.kinds import ResultKind
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from benchflow.kinds import BenchmarkOptions, Column, ResultKind
 from benchflow.kinds.generic import patterns
+
+PatternName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
+
+
+class Pattern(BaseModel):
+    """A metric read by the generic parser: a regex with a ``(?P<value>...)`` group, its unit, and what ties
+    each value to its case: a ``(?P<key>...)`` group in the regex itself, or ``key``: a regex with a
+    ``(?P<key>...)`` group (the nearest line above that matches it) or the name of another pattern (its
+    latest value)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    regex: Annotated[str, StringConstraints(min_length=1, max_length=400)]
+    unit: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9/%._ -]{0,32}$")] = ""
+    key: Annotated[str, StringConstraints(min_length=1, max_length=400)] | None = Field(
+        default=None, description="the case of each value: a regex with (?P<key>...), or another pattern's name"
+    )
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        patterns.compile_patterns({"pattern": {"regex": value}})
+        return value
+
+    @field_validator("key")
+    @classmethod
+    def _key_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            patterns.compile_key("pattern", value)  # a name is checked against the other patterns when they are read
+        return value
+
+
+class GenericOptions(BenchmarkOptions):
+    """The generic kind's fields of a spec's benchmark section: the patterns that read its metrics."""
+
+    patterns: dict[PatternName, Pattern] = Field(min_length=1, description="metrics: name → regex, unit, key")
+
+    @field_validator("patterns")
+    @classmethod
+    def _keys_name_patterns(cls, value: dict[str, Pattern]) -> dict[str, Pattern]:
+        patterns.compile_patterns({name: p.model_dump() for name, p in value.items()})
+        return value
 
 
 def expectations(metrics: list[str] | None = None) -> list[Any]:
@@ -23,12 +67,12 @@ def expectations(metrics: list[str] | None = None) -> list[Any]:
     return checks
 
 
-def suite_params(benchmark: Any, args: Any) -> dict[str, Any]:
-    return {"metrics": sorted(benchmark.patterns)}
+def suite_params(options: Any, args: Any) -> dict[str, Any]:
+    return {"metrics": sorted(options.patterns)}
 
 
-def parser_options(benchmark: Any) -> dict[str, Any]:
-    return {"patterns": {name: p.model_dump() for name, p in benchmark.patterns.items()}}
+def parser_options(options: Any) -> dict[str, Any]:
+    return {"patterns": {name: p.model_dump() for name, p in options.patterns.items()}}
 
 
 KIND = ResultKind(
@@ -36,21 +80,21 @@ KIND = ResultKind(
     description="metrics matched by the spec's patterns: one row per match, in output order",
     formats=(patterns.FORMAT,),
     table="generic_results",
-    columns={"seq": "int", "metric": "text", "value": "float", "unit": "text", "line": "int", "case_key": "text"},
+    columns=(
+        Column("seq", "int"),
+        Column("metric", "text"),
+        Column("value", "float"),
+        Column("unit", "text"),
+        Column("line", "int"),
+        Column("case_key", "text"),
+    ),
     key=("seq",),
+    shown=("seq", "case_key", "metric", "value", "unit", "line"),
     expectations=expectations,
     suite_params=suite_params,
     parser_options=parser_options,
-    takes_patterns=True,
+    options=GenericOptions,
+    former_names=("generic",),
     servers="optional",
-    display="seq, case_key, metric, value, unit, line",
-    order_by="seq",
-    trend={},
-    headline="value",
-    case_sql="COALESCE(case_key, 'seq=' || CAST(seq AS TEXT))",
-    point_sql="COALESCE(case_key, 'seq=' || CAST(seq AS TEXT))",
-    group_sql="NULL",
     wide_view="generic_wide",
-    wide_sql="SELECT v.campaign, v.dag_id, v.run_id, v.night, v.host, v.gpu_model, v.run_type, t.seq, t.metric,"
-    " t.value, t.unit, t.line, t.case_key",
 )

@@ -93,8 +93,6 @@ def parse(text: str, marker: str = "ALL_DONE", patterns: dict[str, dict[str, Any
         raise ParseError("the generic parser needs patterns (benchmark.patterns in the spec)")
     try:
         compiled = compile_patterns(patterns)
-    except ParseError:
-        raise
     except ValueError as exc:
         raise ParseError(str(exc)) from None
     key_regexes = {p.name: p.key_regex for p in compiled.values() if p.key_regex is not None}

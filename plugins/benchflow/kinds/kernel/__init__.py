@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from benchflow.kinds import ResultKind
+from benchflow.kinds import Column, ResultKind, Trend
 from benchflow.kinds.kernel import table
+from benchflow.params import RUN, SWEEP
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,7 +46,7 @@ def plots(rows: pd.DataFrame, title: str) -> list[tuple[str, Any]]:
     fig, axis = plt.subplots(figsize=(7, 4))
     ordered = rows.sort_values("m")
     axis.loglog(ordered["m"], ordered["us_per_token"], marker="o", base=2)
-    axis.set(xlabel="tokens per call (M)", ylabel="us per token", title=f"{title}: us/token against M")
+    axis.set(xlabel="tokens per call, M (tokens)", ylabel="us_per_token (us)", title=f"{title}: us/token against M")
     axis.grid(alpha=0.3, which="both")
     figures = [("us_per_token_vs_m.png", fig)]
     measured = ordered.dropna(subset=["gbps", "roofline_ms", "bytes_read"])
@@ -54,52 +55,79 @@ def plots(rows: pd.DataFrame, title: str) -> list[tuple[str, Any]]:
         axis.semilogx(measured["m"], measured["gbps"], marker="o", base=2, label="achieved")
         roof = measured["bytes_read"] / (measured["roofline_ms"] * 1e6)  # GB/s if it ran at the roofline
         axis.semilogx(measured["m"], roof, linestyle="--", color="black", base=2, label="roofline")
-        axis.set(xlabel="tokens per call (M)", ylabel="GB/s", title=f"{title}: bandwidth against the roofline")
+        axis.set(xlabel="tokens per call, M (tokens)", ylabel="gbps (GB/s)", title=f"{title}: bandwidth vs roofline")
         axis.grid(alpha=0.3, which="both")
         axis.legend()
         figures.append(("gbps_vs_roofline.png", fig))
     return figures
 
 
+def _int_field(title: str, unit: str, maximum: int = 1 << 20) -> dict[str, Any]:
+    return {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": maximum,
+        "title": f"{title} ({unit})",
+        "description": f"{title} of the benchmarked shape. Unit: {unit}.",
+        "section": RUN,
+    }
+
+
+FORM: dict[str, dict[str, Any]] = {
+    "m_list": {
+        "type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 65536}, "minItems": 1, "maxItems": 64,
+        "title": "Token counts M (tokens per call)",
+        "description": "The token counts M to sweep, one measured case each. Unit: tokens per kernel call.",
+        "section": SWEEP,
+    },
+    "dtype": {
+        "type": "string", "enum": ["bf16", "fp16", "fp32", "fp8"], "title": "Weights dtype",
+        "description": "Data type of the weights and activations. Unit: none (a dtype name).", "section": RUN,
+    },
+    "impl": {
+        "type": "string", "enum": ["auto", "triton", "torch"], "title": "Kernel implementation",
+        "description": "Which implementation runs: auto picks Triton on a GPU, torch elsewhere. Unit: none.",
+        "section": RUN,
+    },
+    "experts": _int_field("Experts", "experts", 4096),
+    "hidden": _int_field("Hidden size", "elements"),
+    "inter": _int_field("Intermediate size", "elements"),
+    "topk": _int_field("Experts per token, top-k", "experts per token", 64),
+}  # fmt: skip
+
 KIND = ResultKind(
     name="kernel",
     description="kernel sweep: one row per token count M",
     formats=(table.FORMAT,),
     table="kernel_results",
-    columns={
-        "m": "int",
-        "ms_per_call": "float",
-        "tok_per_s": "float",
-        "us_per_token": "float",
-        "note": "text",
-        "p10_ms": "float",
-        "p90_ms": "float",
-        "kernel_ms": "float",
-        "experts": "int",
-        "bytes_read": "float",
-        "gbps": "float",
-        "tflops": "float",
-        "roofline_ms": "float",
-        "pct_roofline": "float",
-        "pct_copy_bw": "float",
-        "bound": "text",
-    },
+    columns=(
+        Column("m", "int", "tokens"),
+        Column("ms_per_call", "float", "ms", digits=4),
+        Column("tok_per_s", "float", "tok/s", digits=1),
+        Column("us_per_token", "float", "us", digits=3),
+        Column("note", "text"),
+        Column("p10_ms", "float", "ms", digits=4),
+        Column("p90_ms", "float", "ms", digits=4),
+        Column("kernel_ms", "float", "ms", digits=4),
+        Column("experts", "int", "experts"),
+        Column("bytes_read", "float", "B"),
+        Column("gbps", "float", "GB/s", digits=1),
+        Column("tflops", "float", "TFLOP/s", digits=2),
+        Column("roofline_ms", "float", "ms", digits=4),
+        Column("pct_roofline", "float", "%", digits=1),
+        Column("pct_copy_bw", "float", "%", digits=1),
+        Column("bound", "text"),
+    ),
     key=("m",),
+    shown=("m", "ms_per_call", "tok_per_s", "us_per_token", "gbps", "pct_roofline", "bound", "note"),
     expectations=expectations,
     derive=derive,
     servers="forbidden",
-    display="m AS M, ms_per_call, tok_per_s, us_per_token, round(gbps, 1) AS gb_s, round(pct_roofline, 1) AS "
-    "pct_roof, bound, note",
-    order_by="m",
-    trend={"us_per_token": "lower", "tok_per_s": "higher"},
+    trend=(Trend("us_per_token", "lower"), Trend("tok_per_s", "higher")),
     headline="tok_per_s",
-    case_sql="'m=' || CAST(m AS TEXT)",
-    point_sql="'m=' || CAST(m AS TEXT)",
-    group_sql="NULL",
+    default=True,
+    former_names=("kernel_sweep",),
+    form=FORM,
     wide_view="kernel_sweep_wide",
-    wide_sql="SELECT v.campaign, v.dag_id, v.run_id, v.night, v.host, v.gpu_model, v.run_type, t.m, t.ms_per_call,"
-    " t.tok_per_s, t.us_per_token, t.note, t.p10_ms, t.p90_ms, t.kernel_ms, t.experts, t.bytes_read, t.gbps,"
-    " t.tflops, t.roofline_ms,"
-    " t.pct_roofline, t.pct_copy_bw, t.bound",
     plots=plots,
 )

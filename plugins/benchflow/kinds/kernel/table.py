@@ -61,81 +61,95 @@ def detect(text: str) -> bool:
 
 
 def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
-    cut_off_last = bool(text) and not text.endswith("\n")
-    meta: dict[str, str] = {}
-    rows: list[dict[str, object]] = []
-    notes = Notes()
-    in_table = complete = False
-    extra: list[str] = []  # names of the columns between us/token and the note
-    table_end: tuple[int, str] | None = None  # first line of text after the rows (a crash's output?)
-    last: tuple[int, str] | None = None  # a row that did not read: dropped, unless it was cut off mid-write
-    for number, line in lines(text):
-        if last is not None:  # not the last line after all: the row was malformed, not cut off
-            notes.problem(
-                last[0], f"malformed row (expected: M ms/call tok/s us/token [note]): {last[1][:160]!r}", dropped=True
-            )
-            last = None
+    return _Reader(marker, cut_off_last=bool(text) and not text.endswith("\n")).read(text)
+
+
+MALFORMED = "malformed row (expected: M ms/call tok/s us/token [note])"
+
+
+class _Reader:
+    """The header facts above the column line, then the rows; the state a row's fate depends on: text after
+    the rows (a crash's output, or text inside the table if rows follow) and a row that did not read (dropped,
+    unless it was the output's last line, cut off mid-write)."""
+
+    def __init__(self, marker: str, cut_off_last: bool):
+        self.marker, self.cut_off_last = marker, cut_off_last
+        self.meta: dict[str, str] = {}
+        self.rows: list[dict[str, object]] = []
+        self.notes = Notes()
+        self.in_table = self.complete = False
+        self.extra: list[str] = []  # names of the columns between us/token and the note
+        self.table_end: tuple[int, str] | None = None  # first line of text after the rows
+        self.last: tuple[int, str] | None = None  # a row that did not read
+
+    def read(self, text: str) -> ParsedRun:
+        for number, line in lines(text):
+            if self.last is not None:  # not the last line after all: the row was malformed, not cut off
+                self.notes.problem(self.last[0], f"{MALFORMED}: {self.last[1][:160]!r}", dropped=True)
+                self.last = None
+            if line.strip() == self.marker:
+                self.text_inside()
+                self.complete = True
+                break
+            if self.in_table:
+                self.row(number, line)
+            else:
+                self.header(number, line)
+        if self.last is not None:
+            what = "row cut off mid-write" if self.cut_off_last else MALFORMED
+            self.notes.problem(self.last[0], f"{what}: {self.last[1][:160]!r}", dropped=True)
+        if not self.in_table:
+            raise ParseError("no 'M ms/call tok/s us/token' column line found")
+        if self.table_end is not None:
+            self.notes.warn(self.table_end[0], f"table ends at {self.table_end[1][:160]!r}")
+        return self.notes.run(NAME, self.rows, self.complete, self.meta)
+
+    def text_inside(self) -> None:
+        """Text after rows turned out to be inside the table (rows or the marker follow it): a problem."""
+        if self.table_end is not None:
+            self.notes.problem(self.table_end[0], f"text inside the table, skipped: {self.table_end[1][:160]!r}")
+            self.table_end = None
+
+    def header(self, number: int, line: str) -> None:
+        if header := COLUMNS_RE.match(line):
+            self.in_table = True
+            self.extra = header["extra"].split()
+            for name in self.extra:
+                if name not in EXTRA_COLUMNS:
+                    self.notes.warn(number, f"column {name!r} is not stored (known: {', '.join(EXTRA_COLUMNS)})")
+        elif fact := HEADER_FACT_RE.match(line.strip()):
+            self.meta[fact["key"].strip()] = fact["value"]
+
+    def row(self, number: int, line: str) -> None:
         stripped = line.strip()
-        if stripped == marker:
-            if table_end is not None:
-                notes.problem(table_end[0], f"text inside the table, skipped: {table_end[1][:160]!r}")
-                table_end = None
-            complete = True
-            break
-        if not in_table:
-            if header := COLUMNS_RE.match(line):
-                in_table = True
-                extra = header["extra"].split()
-                for name in extra:
-                    if name not in EXTRA_COLUMNS:
-                        notes.warn(number, f"column {name!r} is not stored (known: {', '.join(EXTRA_COLUMNS)})")
-            elif fact := HEADER_FACT_RE.match(stripped):
-                meta[fact["key"].strip()] = fact["value"]
-            continue
         if not stripped:
-            continue
-        row, rest = _split(line, len(extra))
+            return
+        row, rest = _split(line, len(self.extra))
         if row is None:
             if stripped[0].isdigit():
-                last = (number, line)
+                self.last = (number, line)
             elif NOISE_RE.match(line):
-                notes.warn(number, f"skipped log noise: {line[:120]!r}")
-            elif table_end is None:
-                table_end = (number, line)
-            continue
-        if table_end is not None:  # rows after text: the text was inside the table, not its end
-            notes.problem(table_end[0], f"text inside the table, skipped: {table_end[1][:160]!r}")
-            table_end = None
+                self.notes.warn(number, f"skipped log noise: {line[:120]!r}")
+            elif self.table_end is None:
+                self.table_end = (number, line)
+            return
+        self.text_inside()
         try:
             values = {k: to_float(row[k]) for k in ("ms", "tok", "us")}
+            extra = _extra_values(self.extra, rest)
         except ValueError:
-            notes.problem(number, f"row has a value that is not a number: {line[:160]!r}", dropped=True)
-            continue
-        record: dict[str, object] = {
-            "m": int(row["m"]),
-            "ms_per_call": values["ms"],
-            "tok_per_s": values["tok"],
-            "us_per_token": values["us"],
-            "note": row["note"] or "",
-        }
-        try:
-            record |= _extra_values(extra, rest)
-        except ValueError:
-            notes.problem(number, f"row has a value that is not a number: {line[:160]!r}", dropped=True)
-            continue
-        rows.append(record)
-    if last is not None:
-        if cut_off_last:
-            notes.problem(last[0], f"row cut off mid-write: {last[1][:160]!r}", dropped=True)
-        else:
-            notes.problem(
-                last[0], f"malformed row (expected: M ms/call tok/s us/token [note]): {last[1][:160]!r}", dropped=True
-            )
-    if not in_table:
-        raise ParseError("no 'M ms/call tok/s us/token' column line found")
-    if table_end is not None:
-        notes.warn(table_end[0], f"table ends at {table_end[1][:160]!r}")
-    return notes.run(NAME, rows, complete, meta)
+            self.notes.problem(number, f"row has a value that is not a number: {line[:160]!r}", dropped=True)
+            return
+        self.rows.append(
+            {
+                "m": int(row["m"]),
+                "ms_per_call": values["ms"],
+                "tok_per_s": values["tok"],
+                "us_per_token": values["us"],
+                "note": row["note"] or "",
+                **extra,
+            }
+        )
 
 
 def _split(line: str, extra: int) -> tuple[re.Match[str] | None, list[str]]:

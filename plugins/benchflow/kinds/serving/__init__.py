@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from benchflow.kinds import ColumnType, ResultKind, SideTable
+from pydantic import Field
+
+from benchflow.kinds import BenchmarkOptions, Column, ColumnType, ResultKind, SideTable, Trend
 from benchflow.kinds.serving import log, sglang_jsonl, vllm_json
 from benchflow.kinds.serving.common import COLUMNS, INTS, METRICS
+from benchflow.params import SERVER, SWEEP
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,7 +59,7 @@ def expectations(swept: list[int] | None = None) -> list[Any]:
     return checks
 
 
-def suite_params(benchmark: Any, args: Mapping[str, Any]) -> dict[str, Any]:
+def suite_params(options: Any, args: Mapping[str, Any]) -> dict[str, Any]:
     """The concurrency levels this run swept (a manual run may sweep others than the spec)."""
     return {"swept": list(args["concurrency"])} if "concurrency" in args else {}
 
@@ -109,25 +112,75 @@ def _bars(measured: pd.DataFrame, title: str) -> Any:
     return fig
 
 
-def _type(column: str) -> ColumnType:
-    return "text" if column == "config" else "bool" if column == "warmup" else "int" if column in _INTS else "float"
+UNITS = {
+    "concurrency": "requests", "num_prompts": "prompts", "input_len": "tokens", "output_len": "tokens",
+    "completed": "requests", "failed": "requests", "duration_s": "s", "total_input_tokens": "tokens",
+    "total_output_tokens": "tokens", "request_throughput": "req/s", "input_throughput": "tok/s",
+    "output_throughput": "tok/s", "total_throughput": "tok/s", "peak_output_throughput": "tok/s",
+    "peak_concurrent_requests": "requests", "request_rate": "req/s", "goodput": "req/s", "accept_length": "tokens",
+}  # fmt: skip
+SHOWN_DIGITS = {"output_throughput": 1, "mean_ttft_ms": 2, "mean_tpot_ms": 2, "mean_itl_ms": 2, "mean_e2e_ms": 1}
 
+
+def _column(name: str) -> Column:
+    kind: ColumnType = (
+        "text" if name == "config" else "bool" if name == "warmup" else "int" if name in _INTS else "float"
+    )
+    unit = "ms" if name.endswith("_ms") else UNITS.get(name, "")
+    return Column(name, kind, unit, digits=SHOWN_DIGITS.get(name, 2 if kind == "float" else None))
+
+
+class ServingOptions(BenchmarkOptions):
+    """The serving kind's fields of a spec's benchmark section."""
+
+    repeats: int = Field(default=3, ge=1, le=20, description="runs of each phase, back to back (95 % intervals)")
+    warmup: bool = Field(default=False, description="one warm-up phase first, kept but marked")
+
+
+def config_args(options: Any, config: Any) -> dict[str, Any]:
+    """The sweep driver's contract: the config's label, where its endpoint listens, repeats and warm-up."""
+    return {
+        "label": config.name,
+        "base_url": f"http://127.0.0.1:{config.endpoint.port}",
+        "repeats": options.repeats,
+        "warmup": options.warmup,
+    }
+
+
+_LEVELS = {"type": "array", "minItems": 1, "maxItems": 64}
+FORM: dict[str, dict[str, Any]] = {
+    "concurrency": {**_LEVELS, "items": {"type": "integer", "minimum": 1, "maximum": 4096},
+                    "title": "Concurrency levels (requests in flight)",
+                    "description": "Client concurrency of each phase. Unit: requests in flight at once.",
+                    "section": SWEEP},
+    "prompts": {**_LEVELS, "items": {"type": "integer", "minimum": 1, "maximum": 100000},
+                "title": "Prompts per phase (prompts)",
+                "description": "Prompts sent in each phase, one number per concurrency level. Unit: prompts.",
+                "section": SWEEP},
+    "input_len": {"type": "integer", "minimum": 1, "maximum": 1048576, "title": "Input length (tokens)",
+                  "description": "Input tokens of every prompt. Unit: tokens.", "section": SWEEP},
+    "output_len": {"type": "integer", "minimum": 1, "maximum": 1048576, "title": "Output length (tokens)",
+                   "description": "Output tokens generated per prompt. Unit: tokens.", "section": SWEEP},
+    "client": {"type": "string", "enum": ["local", "sglang", "vllm"], "title": "Benchmark client",
+               "description": "The load generator that drives the servers. Unit: none (a client name).",
+               "section": SERVER},
+}  # fmt: skip
 
 REQUESTS = SideTable(
     table="serving_requests",
-    columns={
-        "config": "text",
-        "concurrency": "int",
-        "repeat": "int",
-        "seq": "int",
-        "ok": "bool",
-        "input_len": "int",
-        "output_tokens": "int",
-        "ttft_ms": "float",
-        "e2e_ms": "float",
-        "mean_itl_ms": "float",
-        "error": "text",
-    },
+    columns=(
+        Column("config", "text"),
+        Column("concurrency", "int", "requests"),
+        Column("repeat", "int"),
+        Column("seq", "int"),
+        Column("ok", "bool"),
+        Column("input_len", "int", "tokens"),
+        Column("output_tokens", "int", "tokens"),
+        Column("ttft_ms", "float", "ms"),
+        Column("e2e_ms", "float", "ms"),
+        Column("mean_itl_ms", "float", "ms"),
+        Column("error", "text"),
+    ),
     file="requests.jsonl",
     defaults={"repeat": 1, "error": ""},
 )
@@ -137,29 +190,35 @@ KIND = ResultKind(
     description="serving sweep: one row per config and concurrency, every figure of the client's result",
     formats=(log.FORMAT, sglang_jsonl.FORMAT, vllm_json.FORMAT),
     table="serving_results",
-    columns={column: _type(column) for column in COLUMNS},
+    columns=tuple(_column(name) for name in COLUMNS),
     key=("config", "concurrency", "repeat"),
+    shown=(
+        "config",
+        "concurrency",
+        "repeat",
+        "warmup",
+        "num_prompts",
+        "completed",
+        "output_throughput",
+        "mean_ttft_ms",
+        "mean_tpot_ms",
+        "mean_itl_ms",
+        "mean_e2e_ms",
+    ),
     expectations=expectations,
     derive=derive,
     suite_params=suite_params,
     servers="required",
-    display="config, concurrency, repeat, warmup, num_prompts, completed, round(output_throughput, 1) AS out_tok_s, "
-    "round(mean_ttft_ms, 2) AS ttft_ms, round(mean_tpot_ms, 2) AS tpot_ms, round(mean_itl_ms, 2) AS itl_ms, "
-    "round(mean_e2e_ms, 1) AS e2e_ms",
-    order_by="config, concurrency, repeat",
-    trend={"output_throughput": "higher", "mean_ttft_ms": "lower", "mean_tpot_ms": "lower"},
+    trend=(Trend("output_throughput", "higher"), Trend("mean_ttft_ms", "lower"), Trend("mean_tpot_ms", "lower")),
     headline="output_throughput",
-    case_sql="'config=' || config || ',concurrency=' || CAST(concurrency AS TEXT)",
-    point_sql="'concurrency=' || CAST(concurrency AS TEXT)",
-    group_sql="config",
-    default_repeats=3,
-    repeat_sql="repeat",
-    warmup_sql="warmup",
+    repeat="repeat",
+    group="config",
+    warmup="warmup",
+    options=ServingOptions,
+    former_names=("serving_log",),
+    form=FORM,
+    config_args=config_args,
     wide_view="serving_wide",
-    wide_sql="SELECT v.campaign, v.dag_id, v.run_id, v.night, v.host, v.gpu_model, v.run_type, t.config,"
-    " t.concurrency, t.repeat, t.warmup, t.num_prompts, t.completed, t.failed, t.input_len, t.output_len,"
-    " t.request_throughput, t.output_throughput, t.total_throughput, t.mean_ttft_ms, t.median_ttft_ms,"
-    " t.p99_ttft_ms, t.mean_tpot_ms, t.p99_tpot_ms, t.mean_itl_ms, t.p99_itl_ms, t.mean_e2e_ms, t.p99_e2e_ms",
     defaults={"repeat": 1, "warmup": False},
     row_defaults=("input_len", "output_len", "num_prompts"),  # the run's arguments, where the output has none
     side_tables=(REQUESTS,),

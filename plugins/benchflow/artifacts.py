@@ -1,0 +1,106 @@
+"""Where a run's files live: one store that every worker reads (Airflow's ``ObjectStoragePath``), one folder per
+run named by its run key, and the files in it (the fetched logs and results, the parsed rows, the report's
+plots). Fetch, parse, validate, load, the report DAG and ``bench run`` all find a run's files through here.
+
+The store is ``BENCH_ARTIFACTS_URL`` (e.g. ``s3://bench-artifacts`` with an ``aws_default`` connection), else
+``file://<var>/artifacts``. A run's folder is ``<store>/<dag key>/<run key>``; the host keeps the same keys for
+its run directory (:mod:`benchflow.remote.layout`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from benchflow.paths import var_dir
+
+if TYPE_CHECKING:
+    from airflow.sdk import ObjectStoragePath
+
+    from benchflow.hosts import Host
+    from benchflow.kinds import ResultKind
+
+ROWS_NAME = "rows.json"  # the parsed rows of a run, strict JSON, for validate and load
+REPORT_DIR = "report"  # the report DAG's plots
+_RUN_KEY_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def run_key(run_id: str) -> str:
+    """A path-safe name for an Airflow run id (``manual__2026-11-29T21:14:22+00:00`` has ':' and '+')."""
+    key = _RUN_KEY_UNSAFE.sub("_", run_id).strip(".")
+    if not key:
+        raise ValueError(f"run id {run_id!r} has no usable characters")
+    return key
+
+
+def root() -> str:
+    return os.environ.get("BENCH_ARTIFACTS_URL") or f"file://{var_dir() / 'artifacts'}"
+
+
+def store(dag_id: str, run_id: str, create: bool = True) -> ObjectStoragePath:
+    """The run's folder in the store (created unless ``create`` is false)."""
+    from airflow.sdk import ObjectStoragePath
+
+    path = ObjectStoragePath(root()) / run_key(dag_id) / run_key(run_id)
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def local_folder(dag_id: str, run_id: str) -> Path | None:
+    """The run's folder as a path on this machine, when the store is a local one and the folder exists."""
+    location = root()
+    if not location.startswith("file://"):
+        return None
+    folder = Path(location.removeprefix("file://")) / run_key(dag_id) / run_key(run_id)
+    return folder if folder.is_dir() else None
+
+
+def store_file(host: Host, remote: str, target: ObjectStoragePath) -> bool:
+    """Copy one file from the host into the store; False when the host does not have it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / "file"
+        if not host.get_file(remote, local):
+            return False
+        with local.open("rb") as source, target.open("wb") as sink:
+            shutil.copyfileobj(source, sink, 1 << 20)
+    return True
+
+
+def at(url: str) -> ObjectStoragePath:
+    """A run's folder from the URL that travelled through XCom."""
+    from airflow.sdk import ObjectStoragePath
+
+    return ObjectStoragePath(url)
+
+
+def write_rows(folder: str, rows: list[dict[str, Any]]) -> None:
+    (at(folder) / ROWS_NAME).write_text(json.dumps(rows, allow_nan=False))
+
+
+def read_rows(folder: str) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = json.loads((at(folder) / ROWS_NAME).read_text())
+    return rows
+
+
+def read_side_rows(folder: str, kind: ResultKind) -> dict[str, list[dict[str, Any]]]:
+    """Each side table's rows from its JSON-lines file, when the benchmark saved one; a record cut off
+    mid-write is dropped."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for side in kind.side_tables:
+        path = at(folder) / side.file
+        if not path.exists():
+            continue
+        rows = []
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        found[side.table] = rows
+    return found

@@ -1,0 +1,45 @@
+"""The child of ``bench run``: set Airflow up for this project, build the campaign's DAG and run it once with
+``dag.test()``, its output into the run's log file; the outcome goes to a small JSON file the parent reads.
+
+    python -m benchflow.runner.child SPEC_PATH WHEN_ISO CONF_JSON RESULT_FILE
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+
+
+def child_main(argv: list[str]) -> int:
+    """Set up, run the DAG once (the arguments: see the module's docstring)."""
+    spec_path, when_iso, conf_json, result_file = argv
+    from benchflow.airflow_setup import configure_airflow, ensure_pools
+    from benchflow.paths import PROJECT_ROOT
+    from benchflow.spec import load_spec
+
+    spec = load_spec(Path(spec_path))
+    configure_airflow()
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.utils.db import upgradedb
+
+    upgradedb()
+    ensure_pools()
+    bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags" / "campaigns.py"))
+    dag = bag.get_dag(spec.dag_id)
+    if dag is None:
+        Path(result_file).write_text(json.dumps({"error": f"DAG {spec.dag_id} not found: {bag.import_errors}"}))
+        return 1
+    from benchflow.warehouse import Warehouse
+
+    Warehouse.from_airflow().migrate()
+    when = datetime.fromisoformat(when_iso)
+    dag_run = dag.test(run_after=when, logical_date=when, run_conf=json.loads(conf_json) if conf_json else None)
+    state = str(getattr(dag_run, "state", "unknown")).split(".")[-1].lower()
+    Path(result_file).write_text(json.dumps({"run_id": dag_run.run_id, "state": state}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[1:]))

@@ -1,0 +1,54 @@
+"""The end of ``bench run``: the run's state and time, the failed tasks with their errors, the run's status and
+rows in the warehouse, and where its results, artifacts and logs are."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from benchflow.runner.watch import Watch, failure_of, last_error
+
+if TYPE_CHECKING:
+    from benchflow.spec import CampaignSpec
+
+
+def report(spec: CampaignSpec, run_id: str, result_file: Path, logs: Path, watch: Watch, took: float) -> int:
+    """Print the outcome; the exit code of ``bench run`` (0 only for a successful run)."""
+    try:
+        result = json.loads(result_file.read_text())
+    except (OSError, ValueError):
+        result = {}
+    finally:
+        result_file.unlink(missing_ok=True)
+    if "error" in result or not result:
+        reason = result.get("error") or last_error(logs) or "the run ended before it started"
+        watch.say(f"\n{spec.dag_id}: could not run: {reason}\nAirflow logs: {logs}")
+        return 1
+    state = result.get("state", "unknown")
+    watch.say(f"\n{spec.dag_id} run {run_id}: {state} in {took:.1f} s")
+    failed = sorted((v.start is None, str(v.start or ""), t) for t, v in watch.tasks.items() if v.state == "failed")
+    for _, _, task_id in failed:  # in the order they ran: the cause first, the verdict last
+        error = failure_of(logs, task_id) or "(no error line found; see the log)"
+        watch.say(f"failed task: {task_id}: {error}")
+    _results(spec, run_id, watch)
+    watch.say(f"Airflow logs: {logs}")
+    return 0 if state == "success" else 1
+
+
+def _results(spec: CampaignSpec, run_id: str, watch: Watch) -> None:
+    from benchflow import artifacts
+    from benchflow.warehouse import Warehouse, queries
+
+    warehouse = Warehouse.from_airflow()
+    kind = spec.result_kind
+    loaded = queries.run_record(warehouse, spec.dag_id, run_id)
+    if len(loaded):
+        first = loaded.iloc[0]
+        detail = f": {first['detail']}" if first["detail"] else ""
+        watch.say(f"warehouse status: {first['status']} ({first['rows_loaded']} rows){detail}")
+    rows = kind.present(queries.shown_rows(warehouse, kind, spec.dag_id, run_id))
+    watch.say(rows.to_string(index=False) if len(rows) else "(no rows loaded)")
+    watch.say(f"results: {warehouse.location} (bench sql, or the Benchmarks view of `make up`)")
+    if (folder := artifacts.local_folder(spec.dag_id, run_id)) is not None:
+        watch.say(f"artifacts: {folder}")

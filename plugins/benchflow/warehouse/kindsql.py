@@ -1,0 +1,71 @@
+"""The SQL over a result kind, derived from its declarations (:class:`benchflow.kinds.ResultKind`): its wide view,
+the text keys of its cases and points, the configuration a row belongs to, the order its rows are shown in.
+
+A case key names every case column with its value, ``config=pd,concurrency=8`` or ``m=64``; a point key leaves
+the configuration out (``concurrency=8``), so that configurations can be compared point by point. The kinds' own
+tables and the views never hold anything these functions could not derive again.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from benchflow.kinds import ResultKind
+
+# What a wide view carries of each run beside the kind's columns.
+RUN_COLUMNS = ("campaign", "dag_id", "run_id", "night", "started_at", "logical_date", "host", "gpu_model", "run_type")
+
+
+def key_text(columns: tuple[str, ...]) -> str:
+    """``'config=' || CAST(config AS TEXT) || ',concurrency=' || CAST(concurrency AS TEXT)``; NULL values read
+    as empty text (a case without a key is still one case)."""
+    if not columns:
+        return "''"
+    parts = [f"'{',' if i else ''}{c}=' || COALESCE(CAST({c} AS TEXT), '')" for i, c in enumerate(columns)]
+    return " || ".join(parts)
+
+
+def case_sql(kind: ResultKind) -> str:
+    return key_text(kind.case)
+
+
+def point_sql(kind: ResultKind) -> str:
+    return key_text(kind.point)
+
+
+def group_sql(kind: ResultKind) -> str:
+    return f"CAST({kind.group} AS TEXT)" if kind.group else "CAST(NULL AS TEXT)"
+
+
+def repeat_sql(kind: ResultKind) -> str:
+    return kind.repeat or "1"
+
+
+def measured_sql(kind: ResultKind) -> str:
+    """The rows every statistic uses: all but the warm-ups."""
+    return f"NOT COALESCE({kind.warmup}, FALSE)" if kind.warmup else "TRUE"
+
+
+def order_sql(kind: ResultKind) -> str:
+    return ", ".join(kind.key)
+
+
+def wide_view(kind: ResultKind) -> str:
+    """``CREATE VIEW <kind>_wide``: every column of the kind's rows of valid runs, with the run's provenance."""
+    run = ", ".join(f"v.{c}" for c in RUN_COLUMNS)
+    own = ", ".join(f"t.{c}" for c in kind.column_names)
+    return (
+        f"CREATE VIEW {kind.wide_view} AS SELECT {run}, {own} FROM {kind.table} t "
+        "JOIN valid_runs v ON v.dag_id = t.dag_id AND v.run_id = t.run_id"
+    )
+
+
+def samples_select(kind: ResultKind, metric: str) -> str:
+    """One trend metric of a kind as rows of ``metric_samples``: one per repeat of each case of each valid run."""
+    return (
+        "SELECT campaign, dag_id, run_id, night, host, gpu_model, run_type, "
+        f"{group_sql(kind)} AS config, {point_sql(kind)} AS point, {case_sql(kind)} AS case_key, "
+        f"{repeat_sql(kind)} AS repeat, '{metric}' AS metric, CAST({metric} AS DOUBLE PRECISION) AS value "
+        f"FROM {kind.wide_view} WHERE {metric} IS NOT NULL AND {measured_sql(kind)}"
+    )
