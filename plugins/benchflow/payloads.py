@@ -256,7 +256,10 @@ def _fetch(path: Path, source: str, shas: list[str]) -> None:
 
 
 def _evict(root: Path, keep: Path) -> None:
-    """Keep at most :data:`CACHE_MAX_REPOS` clones: remove the least recently used that nobody holds."""
+    """Keep at most :data:`CACHE_MAX_REPOS` clones: remove the least recently used that nobody is fetching.
+
+    Every use touches its clone, so one being read by another task is among the newest and stays unless more
+    than :data:`CACHE_MAX_REPOS` repositories are in use at once."""
     clones = sorted((p for p in root.glob("*.git") if p != keep), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in clones[CACHE_MAX_REPOS - 1 :]:
         with contextlib.suppress(PayloadError), _locked(root / f"{old.name}.lock", 0):
