@@ -99,14 +99,6 @@ class PhaseData:
 
 
 def client_command(args: argparse.Namespace, phase: Phase, result: Path) -> list[str]:
-    lengths = ["--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len)]
-    load = ["--num-prompts", str(phase.prompts)]
-    load += ["--max-concurrency", str(phase.concurrency)] if phase.concurrency is not None else []
-    load += ["--request-rate", f"{phase.rate:g}"] if phase.rate is not None else []
-    prompts, concurrency = phase.prompts, phase.concurrency
-    tokenizer = ["--tokenizer", args.tokenizer] if args.tokenizer else []
-    model = ["--model", args.model] if args.model else []
-    backend = args.backend or DEFAULT_BACKEND.get(args.client, "")
     if args.client in ("local", "loadgen"):
         return [
             sys.executable,
@@ -114,9 +106,9 @@ def client_command(args: argparse.Namespace, phase: Phase, result: Path) -> list
             "--base-url",
             args.base_url,
             "--num-prompts",
-            str(prompts),
+            str(phase.prompts),
             "--max-concurrency",
-            str(concurrency),
+            str(phase.concurrency),
             "--input-len",
             str(args.input_len),
             "--output-len",
@@ -126,60 +118,26 @@ def client_command(args: argparse.Namespace, phase: Phase, result: Path) -> list
             "--requests-file",
             str(result.with_suffix(".requests.jsonl")),
         ]
+    lengths = ["--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len)]
+    load = ["--num-prompts", str(phase.prompts)]
+    load += ["--max-concurrency", str(phase.concurrency)] if phase.concurrency is not None else []
+    load += ["--request-rate", f"{phase.rate:g}"] if phase.rate is not None else []
+    load += ["--model", args.model] if args.model else []
+    load += ["--tokenizer", args.tokenizer] if args.tokenizer else []
+    backend = args.backend or DEFAULT_BACKEND.get(args.client, "")
     if args.client == "sglang":
         # --random-range-ratio 1: every prompt exactly input_len tokens and every output exactly output_len.
-        return [
-            sys.executable,
-            "-m",
-            "sglang.bench_serving",
-            "--backend",
-            backend,
-            "--base-url",
-            args.base_url,
-            "--dataset-name",
-            args.dataset,
-            *lengths,
-            "--random-range-ratio",
-            "1",
-            *load,
-            *model,
-            *tokenizer,
-            "--output-file",
-            str(result),
-            "--output-details",
-        ]
+        sglang = ["-m", "sglang.bench_serving", "--backend", backend, "--base-url", args.base_url]
+        sglang += ["--dataset-name", args.dataset, *lengths, "--random-range-ratio", "1", *load]
+        return [sys.executable, *sglang, "--output-file", str(result), "--output-details"]
     # vLLM's random range ratio is a ± spread: its default 0 gives fixed lengths. random-ids is SGLang's name.
     # E2E latency and the p90/p95 lines are printed only when asked for; SGLang prints them all by default.
     dataset = "random" if args.dataset == "random-ids" else args.dataset
-    return [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.cli.main",
-        "bench",
-        "serve",
-        "--backend",
-        backend,
-        "--base-url",
-        args.base_url,
-        "--endpoint",
-        "/v1/completions",
-        "--dataset-name",
-        dataset,
-        *lengths,
-        *load,
-        *model,
-        *tokenizer,
-        "--percentile-metrics",
-        "ttft,tpot,itl,e2el",
-        "--metric-percentiles",
-        "90,95,99",
-        "--save-result",
-        "--save-detailed",
-        "--result-dir",
-        str(result.parent),
-        "--result-filename",
-        result.name,
-    ]
+    vllm = ["-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", backend, "--base-url", args.base_url]
+    vllm += ["--endpoint", "/v1/completions", "--dataset-name", dataset, *lengths, *load]
+    vllm += ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "90,95,99"]
+    saved = ["--save-result", "--save-detailed", "--result-dir", str(result.parent), "--result-filename", result.name]
+    return [sys.executable, *vllm, *saved]
 
 
 def served_model(base_url: str) -> str | None:
