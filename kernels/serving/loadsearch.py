@@ -269,6 +269,8 @@ def judge_probe(
 ) -> Verdict:
     """The probe's verdict from its per-request rows. Percentiles are over the completed requests (as the
     clients report them); failed requests count in the failed fraction, judged when the SLO bounds it."""
+    if not 0.5 < confidence < 1.0:
+        raise ValueError(f"the confidence must be in (0.5, 1), got {confidence}")  # else the bounds may cross
     failed = sum(1 for row in requests if not row.get("ok"))
     checks = []
     for objective in parse_slo(slo):
@@ -328,13 +330,13 @@ class Search:
     precision: float = 0.1
     repeats: int = 3
     budget: Budget = field(default_factory=Budget)
-    pass_load: float | None = None
-    fail_load: float | None = None
-    fail_verdict: VerdictName | None = None
-    probes: int = 0
-    seconds: float = 0.0
-    reason: Reason | None = None
-    _next: Probe | None = None
+    pass_load: float | None = field(default=None, init=False)
+    fail_load: float | None = field(default=None, init=False)
+    fail_verdict: VerdictName | None = field(default=None, init=False)
+    probes: int = field(default=0, init=False)
+    seconds: float = field(default=0.0, init=False)
+    reason: Reason | None = field(default=None, init=False)
+    _next: Probe | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.over not in OVER:
@@ -381,9 +383,9 @@ class Search:
             self.pass_load = load if self.pass_load is None else max(self.pass_load, load)
         elif self.fail_load is None or load < self.fail_load:
             self.fail_load, self.fail_verdict = load, verdict
-        self._next = self._after(load, verdict)
+        self._next = self._after(load)
 
-    def _after(self, load: float, verdict: VerdictName) -> Probe | None:
+    def _after(self, load: float) -> Probe | None:
         """The next load once ``load`` is decided, or None with the stopping reason set."""
         if self.fail_load is None:  # still growing
             if load >= self.high:
@@ -397,8 +399,12 @@ class Search:
         if self.converged():
             self.reason = "converged"
             return None
-        mid = (self.pass_load + self.fail_load) // 2 if self.integer else (self.pass_load + self.fail_load) / 2
-        return Probe(self._load(mid), 1)
+        total = self.pass_load + self.fail_load
+        mid = self._load(total // 2 if self.integer else total / 2)
+        if mid in (self.pass_load, self.fail_load):  # a rate bracket narrower than 6 significant digits
+            self.reason = "converged"
+            return None
+        return Probe(mid, 1)
 
     def converged(self) -> bool:
         if self.pass_load is None or self.fail_load is None:

@@ -244,3 +244,16 @@ def test_the_plan_reads_the_specs_section_and_refuses_an_undersized_probe():
         ls.Plan.from_dict({**section, "prompts_per_probe": 100})
     with pytest.raises(ValueError, match="0 < low < high"):
         ls.Plan.from_dict({**section, "range": [64, 8]})
+
+
+def test_a_rate_bracket_narrower_than_the_clients_digits_stops_converged():
+    """Rates go to the client with 6 significant digits: a precision finer than that still ends."""
+    server = NoisyServer(3.14159265, 30.0, sigma=0.0, seed=0)
+    result = search(server, low=1.0, high=8.0, precision=1e-9, over="request_rate")
+    assert result.reason == "converged" and result.probes < 40
+    assert float(f"{result.pass_load:.6g}") == result.pass_load and result.pass_load <= 3.14159265 < result.fail_load
+
+
+def test_judging_needs_a_confidence_above_one_half():
+    with pytest.raises(ValueError, match="confidence"):
+        ls.judge_probe([], {"p50_ttft_ms": 1}, 0.5)
