@@ -426,12 +426,14 @@ def load_bound(low: float, high: float, precision: float, integer: bool) -> int:
 @dataclass(frozen=True)
 class ProbeData:
     """What one probe measured: its per-request rows, the client's benchmark duration (goodput's
-    denominator) and the wall seconds the probe cost (the budget's)."""
+    denominator), the wall seconds the probe cost (the budget's) and when it started (Unix time: where
+    telemetry samples of the probe begin)."""
 
     requests: list[dict[str, Any]]
     duration_s: float
     seconds: float
     error: str = ""  # why the probe produced no data (the client failed), when it did not
+    started_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -449,6 +451,7 @@ class Step:
     goodput_rps: float | None
     checks: tuple[Check, ...]
     error: str = ""
+    started_at: float | None = None
 
     def text(self) -> str:
         error = f"; {self.error}" if self.error else ""
@@ -521,6 +524,7 @@ def run_search(
             goodput,
             verdict.checks,
             data.error,
+            data.started_at,
         )
         trail.append(step)
         if report is not None:

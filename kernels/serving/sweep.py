@@ -262,13 +262,13 @@ def search_sweep(args: argparse.Namespace, phases_dir: Path, plan: loadsearch.Pl
 
     def probe(load: float, repeat: int) -> loadsearch.ProbeData:
         phase = probe_phase(plan, load, repeat)
-        started = time.monotonic()
+        started, started_at = time.monotonic(), time.time()
         data = run_phase(args, phases_dir, phase)
         seconds = time.monotonic() - started
         if data is None:
             failed.append(f"{phase.load()} repeat={repeat}")
-            return loadsearch.ProbeData([], 0.0, seconds, error="the client failed: no data")
-        return loadsearch.ProbeData(data.requests, data.duration_s, seconds)
+            return loadsearch.ProbeData([], 0.0, seconds, "the client failed: no data", started_at)
+        return loadsearch.ProbeData(data.requests, data.duration_s, seconds, started_at=started_at)
 
     def report(step: loadsearch.Step) -> None:
         print(f"search probe {plan.over} {step.load:g} repeat {step.repeat}: {step.text()}", flush=True)

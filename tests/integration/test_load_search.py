@@ -89,6 +89,8 @@ def test_the_search_finds_the_servers_capacity_with_the_real_client(server, tmp_
         assert tpot["key"] == "p90_tpot_ms" and tpot["n"] == step["pooled"]
         expected = "pass" if step["load"] <= BATCH else "fail"
         assert step["verdict"] in (expected, "undecided")
+    starts = [step["started_at"] for step in record["trail"]]  # where the telemetry of each probe begins
+    assert all(starts) and starts == sorted(starts)
     answer = [s for s in record["trail"] if s["load"] == BATCH][-1]
     assert record["goodput_rps"] == answer["goodput_rps"] > 0
     assert f"search tiny: over concurrency: converged; highest pass {BATCH}, lowest fail {BATCH + 1}" in done.stdout
