@@ -21,12 +21,25 @@ prefix cache: it succeeds and does nothing); ``POST /generate`` (``text`` or ``i
 ``stream_options.include_usage`` / ``continuous_usage_stats``), ``POST /tokenize`` and ``/detokenize``
 (``vllm bench serve`` checks its prompts with them). Requests are served one at a time (a lock),
 so queueing shows up in TTFT as load grows. ``--role`` is reported in ``/server_info`` only.
+
+A capacity knob, off by default: ``--max-batch B --step-ms T [--noise F --seed S]`` replaces the lock by a
+scheduler with a known capacity, for load searches whose answer a test must know. It decodes in rounds:
+the N sequences running at a round's start are split into ceil(N / B) steps of at most B sequences, each
+step takes T ms (multiplied by exp(F·z), z standard normal from ``--seed``, with noise) and every sequence
+gets one token at the end of its step; a request that arrives joins at the next round. So each token of a
+request takes one round, T·ceil(N / B): with closed-loop concurrency C (N ≈ C), TPOT ≈ T·ceil(C / B) and
+TTFT ≤ 2·T·ceil(C / B). With B = 8 and T = 20 ms, TPOT is 20 ms up to C = 8 and 40 ms from C = 9: a P99 TPOT
+limit of 30 ms holds up to C = 8 and fails from C = 9 (a probe's last requests, when fewer are left running,
+see shorter rounds). A step lasts longer than T only when computing its tokens does (B model passes).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import queue
+import random
 import sys
 import threading
 import time
@@ -127,12 +140,69 @@ class Rooms:
             return self.tokens.pop(room)
 
 
+class Sequence:
+    """A request inside the scheduler: its tokens so far, and the queue its handler reads them from."""
+
+    def __init__(self, tokens: list[int], max_tokens: int):
+        self.tokens, self.left = list(tokens), max_tokens
+        self.out: queue.Queue[int] = queue.Queue()
+        self.cancelled = False  # the client went away: dropped at the next round
+
+
+class Scheduler:
+    """Batched decoding with a known capacity (see the module's doc): rounds of ceil(N / B) steps of T ms."""
+
+    def __init__(self, model: TinyMoEDecoder, max_batch: int, step_ms: float, noise: float = 0.0, seed: int = 0):
+        self.model, self.max_batch, self.step_s, self.noise = model, max_batch, step_ms / 1e3, noise
+        self.random = random.Random(seed)
+        self.pending: list[Sequence] = []
+        self.ready = threading.Condition()
+        threading.Thread(target=self._run, daemon=True, name="scheduler").start()
+
+    def generate(self, tokens: list[int], max_tokens: int) -> Iterator[int]:
+        sequence = Sequence(tokens, max_tokens)
+        with self.ready:
+            self.pending.append(sequence)
+            self.ready.notify()
+        try:
+            for _ in range(max_tokens):
+                yield sequence.out.get()
+        finally:
+            sequence.cancelled = True
+
+    def _run(self) -> None:
+        running: list[Sequence] = []
+        while True:
+            with self.ready:
+                if not running:
+                    self.ready.wait_for(lambda: bool(self.pending))
+                running += self.pending
+                self.pending.clear()
+            for first in range(0, len(running), self.max_batch):
+                self._step(running[first : first + self.max_batch])
+            running = [s for s in running if s.left > 0 and not s.cancelled]
+
+    def _step(self, batch: list[Sequence]) -> None:
+        """One step: a token for each sequence of the batch, delivered when the step's time is up."""
+        start = time.perf_counter()
+        made = [(s, self.model.next_token(s.tokens)) for s in batch if not s.cancelled]
+        jitter = math.exp(self.noise * self.random.gauss(0.0, 1.0)) if self.noise else 1.0
+        time.sleep(max(0.0, start + self.step_s * jitter - time.perf_counter()))
+        for sequence, token in made:
+            sequence.tokens.append(token)
+            sequence.left -= 1
+            sequence.out.put(token)
+
+
 class Engine:
     """The model, its tokenizer and what the info endpoints report."""
 
     def __init__(self, model: TinyMoEDecoder, tokenizer: CharTokenizer, args: argparse.Namespace):
         self.model, self.tokenizer, self.args = model, tokenizer, args
         self.lock = threading.Lock()
+        self.scheduler = (
+            Scheduler(model, args.max_batch, args.step_ms, args.noise, args.seed) if args.max_batch else None
+        )
         self.model_path = str(Path(args.model_path).resolve())
         self.served_model_name = args.served_model_name or self.model_path
         self.started = time.time()
@@ -156,7 +226,15 @@ class Engine:
         return tokens
 
     def generate(self, tokens: list[int], max_tokens: int) -> Iterator[int]:
-        """Yield the generated token ids one by one, holding the model for the whole request."""
+        """Yield the generated token ids one by one, holding the model for the whole request (or, with a
+        capacity, as the scheduler's steps make them)."""
+        if self.scheduler is not None:
+            start, made = time.perf_counter(), 0
+            for token in self.scheduler.generate(tokens, max_tokens):
+                made += 1
+                yield token
+            self._count(made, time.perf_counter() - start)
+            return
         with self.lock:
             start = time.perf_counter()
             generated: list[int] = []
@@ -164,9 +242,12 @@ class Engine:
                 token = self.model.next_token(tokens + generated)
                 generated.append(token)
                 yield token
-            self.last_gen_throughput = len(generated) / max(time.perf_counter() - start, 1e-9)
-            self.requests += 1
-            self.generated_tokens += len(generated)
+            self._count(len(generated), time.perf_counter() - start)
+
+    def _count(self, tokens: int, seconds: float) -> None:
+        self.last_gen_throughput = tokens / max(seconds, 1e-9)
+        self.requests += 1
+        self.generated_tokens += tokens
 
     def tokens_for(self, request: dict, tokens: list[int], max_tokens: int) -> tuple[int, Iterator[int]]:
         """How many tokens this server makes for the request, and their iterator. A request that the SGLang
@@ -229,7 +310,7 @@ class Engine:
             "dp_size": 1,
             "ep_size": 1,
             "context_length": CONTEXT_LEN,
-            "max_running_requests": 1,
+            "max_running_requests": a.max_batch or 1,
             "disaggregation_mode": self.disaggregation_mode(),
             "disaggregation_bootstrap_port": a.disaggregation_bootstrap_port,
             "num_layers": a.layers,
@@ -518,7 +599,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experts", type=int, default=4)
     parser.add_argument("--topk", type=int, default=2)
     parser.add_argument("--inter", type=int, default=64)
+    parser.add_argument("--max-batch", type=int, help="capacity: at most this many sequences per decode step")
+    parser.add_argument("--step-ms", type=float, default=20.0, help="capacity: the time of one step (ms)")
+    parser.add_argument("--noise", type=float, default=0.0, help="capacity: step time × exp(noise · N(0, 1))")
+    parser.add_argument("--seed", type=int, default=0, help="capacity: the noise's random seed")
     args = parser.parse_args(argv)
+    if args.max_batch is not None and (args.max_batch < 1 or args.step_ms <= 0 or args.noise < 0):
+        parser.error("--max-batch needs B >= 1, --step-ms > 0 and --noise >= 0")
     torch.set_num_threads(1)
     model = TinyMoEDecoder(args.layers, args.hidden, args.experts, args.topk, args.inter)
     model.next_token([1, 2, 3])  # warm up before reporting healthy
@@ -529,7 +616,8 @@ def main(argv: list[str] | None = None) -> int:
         threading.Thread(target=bootstrap.serve_forever, daemon=True).start()
     print(
         f"serving tiny MoE decoder ({args.role}, layers {args.layers}, hidden {args.hidden}) "
-        f"as {engine.served_model_name} on http://{args.host}:{args.port}",
+        f"as {engine.served_model_name} on http://{args.host}:{args.port}"
+        + (f", capacity {args.max_batch} per {args.step_ms:g} ms step" if args.max_batch else ""),
         flush=True,
     )
     server.serve_forever()

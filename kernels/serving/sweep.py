@@ -19,6 +19,18 @@ the client's own output (its result block); keeps each phase's raw output (``pha
 file next to --out, appends the phase's summary (tagged with the label, repeat and warm-up, per-request arrays
 left out) to --out and one row per request to ``requests.jsonl`` beside it, and prints the done marker only
 after the last phase. A failed phase is reported and the sweep goes on.
+
+``--search '<json>'`` (the spec's ``benchmark.search``: over, range, slo, precision, prompts_per_probe,
+repeats, budget, optionally confidence) replaces the fixed levels by a load search (``loadsearch.py``): each
+probe is a phase of ``prompts_per_probe`` prompts at the load the search picks, the same client, header, raw
+output, --out row and ``requests.jsonl`` rows as a fixed phase (``repeat=R`` numbers the repeats at one load;
+a load is never probed again once decided, so config × load × repeat stays unique). ``over: concurrency``
+runs ``--max-concurrency C`` (header ``concurrency=C``); ``over: request_rate`` runs ``--request-rate R``
+with no concurrency limit, under the header ``===== <label> request_rate=R (n=N) =====`` (the log parser's
+phase pattern must learn ``request_rate=``; its rows and request rows carry ``request_rate``, and no
+``concurrency``). After each probe the driver prints the probe's verdict; at the end, the search's summary,
+and it appends one record to ``search.jsonl`` beside --out (the bracket, the stopping reason, goodput at
+the answer, and every probe with its bounds per SLO), then the done marker.
 """
 
 from __future__ import annotations
@@ -27,10 +39,16 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # loadsearch, deployed next to us (also when imported, as the tests do)
+import loadsearch  # noqa: E402
+
 # Per-request arrays in the clients' detailed results; kept in the phase file, not in the summary rows.
 DETAIL_KEYS = (
     "input_lens",
@@ -50,12 +68,37 @@ def int_list(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v.strip()]
 
 
-def client_command(args: argparse.Namespace, concurrency: int, prompts: int, result: Path) -> list[str]:
-    lengths = ["--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len)]
-    load = ["--num-prompts", str(prompts), "--max-concurrency", str(concurrency)]
-    tokenizer = ["--tokenizer", args.tokenizer] if args.tokenizer else []
-    model = ["--model", args.model] if args.model else []
-    backend = args.backend or DEFAULT_BACKEND.get(args.client, "")
+@dataclass(frozen=True)
+class Phase:
+    """One run of the client: at a concurrency (a fixed sweep, or a search over concurrency) or at a
+    request rate with no concurrency limit (a search over request_rate). Repeat 0 is the warm-up."""
+
+    concurrency: int | None
+    prompts: int
+    repeat: int
+    rate: float | None = None
+
+    def load(self) -> str:
+        return f"concurrency={self.concurrency}" if self.rate is None else f"request_rate={self.rate:g}"
+
+    def tag(self) -> str:
+        return " warmup" if self.repeat == 0 else f" repeat={self.repeat}" if self.repeat > 1 else ""
+
+    def stem(self) -> str:
+        return (
+            f"phase_c{self.concurrency}_r{self.repeat}" if self.rate is None else f"phase_q{self.rate:g}_r{self.repeat}"
+        )
+
+
+@dataclass
+class PhaseData:
+    """What a phase left: its request rows and the client's benchmark duration (s)."""
+
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    duration_s: float = 0.0
+
+
+def client_command(args: argparse.Namespace, phase: Phase, result: Path) -> list[str]:
     if args.client in ("local", "loadgen"):
         return [
             sys.executable,
@@ -63,9 +106,9 @@ def client_command(args: argparse.Namespace, concurrency: int, prompts: int, res
             "--base-url",
             args.base_url,
             "--num-prompts",
-            str(prompts),
+            str(phase.prompts),
             "--max-concurrency",
-            str(concurrency),
+            str(phase.concurrency),
             "--input-len",
             str(args.input_len),
             "--output-len",
@@ -75,60 +118,26 @@ def client_command(args: argparse.Namespace, concurrency: int, prompts: int, res
             "--requests-file",
             str(result.with_suffix(".requests.jsonl")),
         ]
+    lengths = ["--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len)]
+    load = ["--num-prompts", str(phase.prompts)]
+    load += ["--max-concurrency", str(phase.concurrency)] if phase.concurrency is not None else []
+    load += ["--request-rate", f"{phase.rate:g}"] if phase.rate is not None else []
+    load += ["--model", args.model] if args.model else []
+    load += ["--tokenizer", args.tokenizer] if args.tokenizer else []
+    backend = args.backend or DEFAULT_BACKEND.get(args.client, "")
     if args.client == "sglang":
         # --random-range-ratio 1: every prompt exactly input_len tokens and every output exactly output_len.
-        return [
-            sys.executable,
-            "-m",
-            "sglang.bench_serving",
-            "--backend",
-            backend,
-            "--base-url",
-            args.base_url,
-            "--dataset-name",
-            args.dataset,
-            *lengths,
-            "--random-range-ratio",
-            "1",
-            *load,
-            *model,
-            *tokenizer,
-            "--output-file",
-            str(result),
-            "--output-details",
-        ]
+        sglang = ["-m", "sglang.bench_serving", "--backend", backend, "--base-url", args.base_url]
+        sglang += ["--dataset-name", args.dataset, *lengths, "--random-range-ratio", "1", *load]
+        return [sys.executable, *sglang, "--output-file", str(result), "--output-details"]
     # vLLM's random range ratio is a ± spread: its default 0 gives fixed lengths. random-ids is SGLang's name.
     # E2E latency and the p90/p95 lines are printed only when asked for; SGLang prints them all by default.
     dataset = "random" if args.dataset == "random-ids" else args.dataset
-    return [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.cli.main",
-        "bench",
-        "serve",
-        "--backend",
-        backend,
-        "--base-url",
-        args.base_url,
-        "--endpoint",
-        "/v1/completions",
-        "--dataset-name",
-        dataset,
-        *lengths,
-        *load,
-        *model,
-        *tokenizer,
-        "--percentile-metrics",
-        "ttft,tpot,itl,e2el",
-        "--metric-percentiles",
-        "90,95,99",
-        "--save-result",
-        "--save-detailed",
-        "--result-dir",
-        str(result.parent),
-        "--result-filename",
-        result.name,
-    ]
+    vllm = ["-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", backend, "--base-url", args.base_url]
+    vllm += ["--endpoint", "/v1/completions", "--dataset-name", dataset, *lengths, *load]
+    vllm += ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "90,95,99"]
+    saved = ["--save-result", "--save-detailed", "--result-dir", str(result.parent), "--result-filename", result.name]
+    return [sys.executable, *vllm, *saved]
 
 
 def served_model(base_url: str) -> str | None:
@@ -142,7 +151,7 @@ def served_model(base_url: str) -> str | None:
         return None
 
 
-def request_rows(summary: dict, label: str, concurrency: int) -> list[dict]:
+def request_rows(summary: dict, label: str, concurrency: int | None) -> list[dict]:
     """One row per request from a client's detailed result (SGLang ``--output-details``, vLLM
     ``--save-detailed``): TTFT, the time of the last token (TTFT + the inter-token gaps) and mean ITL, in ms."""
     ttfts = summary.get("ttfts") or []
@@ -182,19 +191,16 @@ def read_results(result: Path) -> list[dict]:
     return whole if isinstance(whole, list) else [whole]
 
 
-def run_phase(args: argparse.Namespace, phases_dir: Path, concurrency: int, prompts: int, repeat: int) -> bool:
-    """One phase (repeat 0 is the warm-up); True when the client succeeded and wrote its result."""
-    tag = " warmup" if repeat == 0 else f" repeat={repeat}" if repeat > 1 else ""
-    print(f"===== {args.label} concurrency={concurrency} (n={prompts}){tag} =====", flush=True)
-    result = phases_dir / f"phase_c{concurrency}_r{repeat}.json"
+def run_phase(args: argparse.Namespace, phases_dir: Path, phase: Phase) -> PhaseData | None:
+    """One phase: its header, the client's output, its --out rows and request rows; None when the client
+    failed or wrote no result."""
+    print(f"===== {args.label} {phase.load()} (n={phase.prompts}){phase.tag()} =====", flush=True)
+    result = phases_dir / f"{phase.stem()}.json"
     result.unlink(missing_ok=True)
     result.with_suffix(".requests.jsonl").unlink(missing_ok=True)
     with result.with_suffix(".log").open("w") as raw:
         proc = subprocess.Popen(
-            client_command(args, concurrency, prompts, result),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+            client_command(args, phase, result), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         assert proc.stdout is not None
         line = "\n"
@@ -205,28 +211,99 @@ def run_phase(args: argparse.Namespace, phases_dir: Path, concurrency: int, prom
     if not line.endswith("\n"):  # e.g. nanobind's leak report at a vLLM client's exit has no newline
         print(flush=True)
     if code != 0 or not result.exists():
-        print(f"phase concurrency={concurrency}{tag} failed (client exit {code}); going on", flush=True)
-        return False
-    where = {"config": args.label, "concurrency": concurrency, "repeat": repeat}
-    requests: list[dict] = []
+        print(f"phase {phase.load()}{phase.tag()} failed (client exit {code}); going on", flush=True)
+        return None
+    return keep_results(args, phase, result)
+
+
+def keep_results(args: argparse.Namespace, phase: Phase, result: Path) -> PhaseData:
+    """Append the phase's summaries to --out and its request rows to ``requests.jsonl``."""
+    rate = {} if phase.rate is None else {"request_rate": phase.rate}
+    where = {"config": args.label, "concurrency": phase.concurrency, **rate, "repeat": phase.repeat}
+    data = PhaseData()
     with args.out.open("a") as out:
         for summary in read_results(result):
-            requests += [{**row, "repeat": repeat} for row in request_rows(summary, args.label, concurrency)]
+            rows = request_rows(summary, args.label, phase.concurrency)
+            data.requests += [{**row, **rate, "repeat": phase.repeat} for row in rows]
+            data.duration_s += float(summary.get("duration") or 0.0)
             kept = {k: v for k, v in summary.items() if k not in DETAIL_KEYS}
-            out.write(
-                json.dumps({**kept, "num_prompts": prompts, "tag": args.label, "repeat": repeat, "warmup": repeat == 0})
-                + "\n"
-            )
+            tags = {"num_prompts": phase.prompts, "tag": args.label, "repeat": phase.repeat}
+            out.write(json.dumps({**kept, **tags, "warmup": phase.repeat == 0}) + "\n")
     raw_requests = result.with_suffix(".requests.jsonl")
     if raw_requests.exists():  # the local load generator's own per-request file
-        requests = [{**json.loads(line), **where} for line in raw_requests.read_text().splitlines() if line.strip()]
-    if requests:
+        lines = raw_requests.read_text().splitlines()
+        data.requests = [{**json.loads(line), **where} for line in lines if line.strip()]
+    if data.requests:
         with (args.out.parent / "requests.jsonl").open("a") as out:
-            out.writelines(json.dumps(row) + "\n" for row in requests)
-    return True
+            out.writelines(json.dumps(row) + "\n" for row in data.requests)
+    return data
 
 
-def main(argv: list[str] | None = None) -> int:
+def fixed_sweep(args: argparse.Namespace, phases_dir: Path) -> list[str]:
+    """Every level, ``--repeats`` times, after the warm-up; the phases that failed."""
+    plan = [Phase(args.concurrency[0], args.prompts[0], 0)] if args.warmup else []
+    levels = zip(args.concurrency, args.prompts, strict=True)
+    plan += [Phase(c, n, r) for c, n in levels for r in range(1, args.repeats + 1)]
+    return [f"{p.load()} repeat={p.repeat}" for p in plan if run_phase(args, phases_dir, p) is None]
+
+
+def probe_phase(plan: loadsearch.Plan, load: float, repeat: int) -> Phase:
+    if plan.over == "concurrency":
+        return Phase(int(load), plan.prompts_per_probe, repeat)
+    return Phase(None, plan.prompts_per_probe, repeat, rate=float(load))
+
+
+def search_sweep(args: argparse.Namespace, phases_dir: Path, plan: loadsearch.Plan) -> list[str]:
+    """The load search (after the warm-up at the range's low end, which the budget does not count): one
+    phase per probe; its record in ``search.jsonl`` and its summary. The phases that failed."""
+    failed: list[str] = []
+    if args.warmup and run_phase(args, phases_dir, probe_phase(plan, plan.low, 0)) is None:
+        failed.append(f"{probe_phase(plan, plan.low, 0).load()} warmup")
+
+    def probe(load: float, repeat: int) -> loadsearch.ProbeData:
+        phase = probe_phase(plan, load, repeat)
+        started, started_at = time.monotonic(), time.time()
+        data = run_phase(args, phases_dir, phase)
+        seconds = time.monotonic() - started
+        if data is None:
+            failed.append(f"{phase.load()} repeat={repeat}")
+            return loadsearch.ProbeData([], 0.0, seconds, "the client failed: no data", started_at)
+        return loadsearch.ProbeData(data.requests, data.duration_s, seconds, started_at=started_at)
+
+    def report(step: loadsearch.Step) -> None:
+        print(f"search probe {plan.over} {step.load:g} repeat {step.repeat}: {step.text()}", flush=True)
+
+    result = loadsearch.run_search(plan.search(), probe, plan.slo, plan.confidence, report)
+    record = finite({"config": args.label, **plan.to_dict(), **result.to_dict()})
+    with (args.out.parent / "search.jsonl").open("a") as out:
+        out.write(json.dumps(record, allow_nan=False) + "\n")
+    print(search_summary(args.label, plan, result), flush=True)
+    return failed
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float made None: search.jsonl is strict JSON."""
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def search_summary(label: str, plan: loadsearch.Plan, result: loadsearch.SearchResult) -> str:
+    slo = ", ".join(f"{key} ≤ {limit:g}" for key, limit in plan.slo.items())
+    lines = [
+        f"search {label} over {plan.over} in [{plan.low:g}, {plan.high:g}], SLO {slo} at "
+        f"{plan.confidence * 100:g} % confidence, {plan.prompts_per_probe} prompts per probe:"
+    ]
+    lines += [f"  {plan.over} {s.load:g} repeat {s.repeat}: {s.text()}" for s in result.trail]
+    lines.append(f"search {label}: {result.text()}")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--label", required=True)
     parser.add_argument("--base-url", required=True)
@@ -241,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-len", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=1, help="runs of each phase, back to back")
     parser.add_argument("--warmup", action="store_true", help="one warm-up phase first (kept, marked)")
+    parser.add_argument("--search", help="JSON of benchmark.search: a load search instead of the fixed levels")
     parser.add_argument("--out", type=Path, default=Path("results.jsonl"))
     parser.add_argument("--marker", default="ALL_DONE")
     args = parser.parse_args(argv)
@@ -248,13 +326,26 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--concurrency and --prompts need the same number of values")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if args.search is not None:
+        try:
+            args.search = loadsearch.Plan.from_dict(json.loads(args.search))
+        except (ValueError, KeyError, TypeError) as exc:
+            parser.error(f"--search: {exc}")
+        if args.search.over == "request_rate" and args.client in ("local", "loadgen"):
+            parser.error("--search over request_rate needs a client with --request-rate (sglang or vllm)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.client == "vllm" and not args.model:
         args.model = served_model(args.base_url)
     phases_dir = args.out.parent / f"phases_{args.label}"
     phases_dir.mkdir(parents=True, exist_ok=True)
-    plan = [(args.concurrency[0], args.prompts[0], 0)] if args.warmup else []
-    plan += [(c, n, r) for c, n in zip(args.concurrency, args.prompts, strict=True) for r in range(1, args.repeats + 1)]
-    failed = [f"concurrency={c} repeat={r}" for c, n, r in plan if not run_phase(args, phases_dir, c, n, r)]
+    if args.search is None:
+        failed = fixed_sweep(args, phases_dir)
+    else:
+        failed = search_sweep(args, phases_dir, args.search)
     if failed:
         print(f"failed phases: {', '.join(failed)}", flush=True)
     print(args.marker, flush=True)

@@ -1,0 +1,145 @@
+"""``sweep.py --search`` with the real SGLang client (``python -m sglang.bench_serving`` from the host
+environment) against the tiny server with its capacity knob, on loopback: the search finds the server's
+analytical capacity within the precision and the probe count a binary search implies, every probe is a phase
+the log parser reads, and a request-rate search out of budget reports the bracket it has.
+
+The server: ``--max-batch 6 --step-ms 20``, 8 output tokens per request: TPOT is 20 ms up to concurrency 6
+and 40 ms from 7 (one round of ceil(C / 6) steps per token), so a P90 TPOT limit of 30 ms holds up to 6
+and fails from 7. P90 at 95 % needs 29 requests and a 5 % failed fraction 59: 60 prompts per probe."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from benchflow.kinds import parse_text
+from benchflow.paths import host_python
+from tests.conftest import PROJECT_ROOT
+from tests.sshd import free_port
+
+sys.path.insert(0, str(PROJECT_ROOT / "kernels" / "serving"))
+import loadsearch as ls
+
+pytestmark = pytest.mark.integration
+
+SERVING = PROJECT_ROOT / "kernels" / "serving"
+BATCH, STEP_MS, OUTPUT_LEN = 6, 20, 8
+SEARCH = {
+    "over": "concurrency",
+    "range": [1, 32],
+    "slo": {"p90_tpot_ms": 30, "max_failed_fraction": 0.05},
+    "precision": 0.1,
+    "prompts_per_probe": 60,
+    "repeats": 3,
+    "budget": {"probes": 20, "seconds": 900},
+}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The tiny server with a capacity of 6 sequences per 20 ms step, on a free loopback port."""
+    port = free_port()
+    log = (tmp_path_factory.mktemp("server") / "server.log").open("w")
+    command = [host_python(), "server.py", "--port", str(port), "--max-batch", str(BATCH), "--step-ms", str(STEP_MS)]
+    proc = subprocess.Popen(command, cwd=SERVING, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=5):
+                break
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, "the tiny server did not come up"
+            time.sleep(0.5)
+    yield url
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=30)
+    log.close()
+
+
+def sweep(url: str, out: Path, search: dict, label: str = "tiny") -> subprocess.CompletedProcess[str]:
+    command = [host_python(), str(SERVING / "sweep.py"), "--label", label, "--base-url", url, "--client", "sglang"]
+    command += ["--input-len", "16", "--output-len", str(OUTPUT_LEN), "--out", str(out / "results.jsonl")]
+    return subprocess.run(
+        [*command, "--search", json.dumps(search)], capture_output=True, text=True, timeout=540, check=False
+    )
+
+
+def test_the_search_finds_the_servers_capacity_with_the_real_client(server, tmp_path):
+    done = sweep(server, tmp_path, SEARCH)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "ALL_DONE"
+    (record,) = [json.loads(line) for line in (tmp_path / "search.jsonl").read_text().splitlines()]
+    bracket = {k: record[k] for k in ("config", "reason", "pass_load", "fail_load", "fail_verdict")}
+    assert bracket == {"config": "tiny", "reason": "converged", "pass_load": 6, "fail_load": 7, "fail_verdict": "fail"}
+    loads = list(dict.fromkeys(step["load"] for step in record["trail"]))
+    assert loads == [1, 2, 4, 8, 6, 7]  # doubling until 8 fails, then bisecting [4, 8]
+    assert record["loads"] == len(loads) <= ls.load_bound(1, 32, 0.1, integer=True)
+    assert len(loads) <= record["probes"] <= SEARCH["repeats"] * len(loads)
+    for step in record["trail"]:
+        tpot = step["checks"][0]
+        assert tpot["key"] == "p90_tpot_ms" and tpot["n"] == step["pooled"]
+        expected = "pass" if step["load"] <= BATCH else "fail"
+        assert step["verdict"] in (expected, "undecided")
+    starts = [step["started_at"] for step in record["trail"]]  # where the telemetry of each probe begins
+    assert all(starts) and starts == sorted(starts)
+    answer = [s for s in record["trail"] if s["load"] == BATCH][-1]
+    assert record["goodput_rps"] == answer["goodput_rps"] > 0
+    assert f"search tiny: over concurrency: converged; highest pass {BATCH}, lowest fail {BATCH + 1}" in done.stdout
+
+    # Every probe is a phase the serving log parser reads, keyed as the search recorded it.
+    parsed = parse_text(done.stdout)
+    assert parsed.format == "log" and parsed.complete and parsed.warnings == [] and not parsed.dropped
+    keys = [(r["config"], r["concurrency"], r["repeat"]) for r in parsed.rows]
+    assert keys == [("tiny", s["load"], s["repeat"]) for s in record["trail"]]
+    assert all(r["completed"] == 60 and r["num_prompts"] == 60 for r in parsed.rows)
+    requests = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert len(requests) == 60 * record["probes"] and all(r["ok"] for r in requests)
+
+    def p90_tpot(load: int) -> ls.Bounds:
+        values = [ls.request_value(r, "tpot") for r in requests if (r["concurrency"], r["repeat"]) == (load, 1)]
+        return ls.quantile_bounds([v for v in values if v is not None], 0.9)
+
+    assert p90_tpot(BATCH).upper <= 30 < p90_tpot(BATCH + 1).lower  # the client's own per-request data
+
+
+def test_a_request_rate_search_out_of_budget_reports_its_bracket(server, tmp_path):
+    search = {
+        "over": "request_rate",
+        "range": [4, 64],
+        "slo": {"p50_e2e_ms": 10_000},
+        "prompts_per_probe": 20,
+        "repeats": 1,
+        "budget": {"probes": 2},
+    }
+    done = sweep(server, tmp_path, search, label="rate")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (record,) = [json.loads(line) for line in (tmp_path / "search.jsonl").read_text().splitlines()]
+    assert (record["reason"], record["pass_load"], record["fail_load"], record["probes"]) == ("budget", 8.0, None, 2)
+    assert [s["load"] for s in record["trail"]] == [4.0, 8.0]
+    assert "===== rate request_rate=4 (n=20) =====" in done.stdout.splitlines()
+    assert "===== rate request_rate=8 (n=20) =====" in done.stdout.splitlines()
+    summaries = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [(s["request_rate"], s["max_concurrency"], s["completed"]) for s in summaries] == [
+        (4.0, None, 20),
+        (8.0, None, 20),
+    ]
+    requests = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert {(r["request_rate"], r["concurrency"]) for r in requests} == {(4.0, None), (8.0, None)}
+    assert "search rate: over request_rate: budget; highest pass 8, none failed" in done.stdout
+
+
+def test_a_probe_too_small_for_its_percentile_is_refused_before_any_client_runs(tmp_path):
+    search = {**SEARCH, "slo": {"p99_ttft_ms": 2000}, "prompts_per_probe": 100}
+    done = sweep("http://127.0.0.1:9", tmp_path, search)
+    assert done.returncode == 2
+    assert "p99_ttft_ms: a P99 bound at 95 % confidence needs at least 299 requests per probe" in done.stderr
+    assert not (tmp_path / "results.jsonl").exists()
