@@ -95,7 +95,7 @@ PREFIX_RE = re.compile(
     r"^(?:\s*(?:#+|//|>+)\s?"
     r"|\s*[\w.-]+\s+\|\s"
     r"|\s*\[[^\]]{0,80}\]:?\s*"
-    r"|\s*\([\w\s=.,-]{1,60}\)\s*"
+    r"|\s*\([\w\s=.,-]{1,60}\)\s*(?=\S)"
     r"|\s*[-|]\s+"
     r"|\s*\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s*"
     r"|\s*\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?\s*"
@@ -104,7 +104,9 @@ PREFIX_RE = re.compile(
 # "Successful requests: 256",   /   "Max request concurrency: not set\n",   (a block quoted as JSON strings)
 QUOTED_RE = re.compile(r"^(?P<pre>\s*)\"(?P<body>(?:[^\"\\]|\\.)*)\"\s*,?\s*$")
 _QUOTE_ENDS = ('"', '",', '", ')
+_CLEAN = ("blank", "rule", "heading")  # what suspends a block without a sign that something was lost
 _RULE_RUN_RE = re.compile(r"[=\-]{3,}")
+_CLOSING_RE = re.compile(r"={10,}\s*$")
 _DIGIT_RE = re.compile(r"\d")
 _IN_BLOCK_ONLY = {"request rate configured (rps)"}  # vLLM prints it among the block's counts, never above
 _WHOLE_ONLY = {"concurrency"}  # read only as a whole number: SGLang's own "Concurrency:" is a measured mean
@@ -136,11 +138,12 @@ class _Block:
         self.values = 0
         self.body_values = 0  # values past the block's preamble (rate, concurrency): counts, throughputs, latencies
         self.seen: set[str] = set()  # labels read in this block: one read again starts the next row
-        self.figures: list[tuple[int, str]] = []  # (line, label) of its figures, reported if it is no row
+        self.figures: list[tuple[int, str, str]] = []  # (line, label, column): reported if it is no row
+        self.provisional: set[str] = set()  # columns read above its header: its own lines override them
         self.before: list[tuple[int, str]] = []  # unread label: number lines just above it
         self.titled = False  # opened by a title without rules (a doc heading?): an empty one is no loss
         self.suspended_at: int | None = None  # line that suspended it
-        self.suspended_by: str = ""  # "blank", "rule" or the odd line's text
+        self.suspended_by: str = ""  # one of _CLEAN, or the odd line's text
         self.odd: list[tuple[int, str]] = []  # odd lines skipped inside it
 
     def body(self, line: str) -> str:
@@ -173,16 +176,22 @@ _Step = Literal["next", "stop", "outside"]  # what to do with a line after the b
 
 
 def unquoted(line: str) -> list[str] | None:
-    """A line quoted as a JSON string (``"Successful requests: 256",``, a notebook's ``"...\\n",``) as the
-    line(s) it holds, its ``\\n`` escapes split; None when it is not one."""
+    """A line quoted as a JSON string (``"Successful requests: 256",``, a notebook's ``"...\\n",``), or one
+    holding a whole output as one string with ``\\n`` escapes (``{"stdout": "=== Serving ...\\n..."}``), as
+    the lines it holds; None when it is neither, or holds nothing a block could be made of."""
     found = QUOTED_RE.match(line)
-    if found is None or (":" not in found["body"] and "enchmark" not in found["body"]):
+    if found is not None:
+        pre, text = found["pre"], found["body"]
+    elif "\\n" in line:
+        pre, text = "", line
+    else:
         return None
-    text = found["body"].replace('\\"', '"').replace("\\t", "\t").replace("\\r\\n", "\\n")
-    parts = text.split("\\n")
+    if ":" not in text and "enchmark" not in text and not _RULE_RUN_RE.search(text):
+        return None
+    parts = text.replace('\\"', '"').replace("\\t", "\t").replace("\\r\\n", "\\n").split("\\n")
     if len(parts) > 1 and not parts[-1].strip():
         parts.pop()
-    return [found["pre"] + part for part in parts]
+    return [pre + part for part in parts]
 
 
 class _Reader:
@@ -205,6 +214,7 @@ class _Reader:
         self.loose: deque[tuple[int, str]] = deque(maxlen=NEAR)  # unread label: number lines outside blocks
         self.near_until = 0  # unread label: number lines up to this line follow a block: reported at once
         self.odd_end = 0  # line where the last block ended at an unexpected line (0: none)
+        self.unflat: set[str] = set()  # first labels of lines found to hold no known pairs
 
     def read(self, text: str) -> ParsedRun:
         last = 0
@@ -214,7 +224,7 @@ class _Reader:
             if "\r" in line:  # tqdm redraws: the text after the last carriage return is what a terminal shows
                 line = line.rstrip()
                 line = line[line.rfind("\r") + 1 :]
-            if line.endswith(_QUOTE_ENDS) and (held := unquoted(line)) is not None:
+            if (line.endswith(_QUOTE_ENDS) or "\\n" in line) and (held := unquoted(line)) is not None:
                 if any(self.step(number_, part) == "stop" for part in held):
                     break
                 continue
@@ -252,7 +262,7 @@ class _Reader:
         block, notes = self.block, self.notes
         assert block is not None
         self.block = None
-        odd = block.suspended_by not in ("", "blank", "rule")
+        odd = block.suspended_by not in ("", *_CLEAN)
         if not block.header and block.body_values < MIN_HEADLESS:
             self.dissolve(block)
             return
@@ -271,19 +281,19 @@ class _Reader:
         for number_, text in block.odd[1 if how != "rule" and block.header else 0 :][:3]:
             notes.warn(number_, f"skipped a line inside a result block: {text[:120]!r}")
         self.near_until = at + NEAR
-        self.odd_end = at if odd and how != "rule" else 0
+        self.odd_end = (block.suspended_at or at) if odd and how != "rule" else 0
 
     def note_end(self, block: _Block, how: str, at: int, odd: bool) -> None:
         """A problem for a headed block that did not end at its closing rule (cut off, cut short, odd line)."""
         notes = self.notes
-        if how == "eof" and block.suspended_by not in ("blank", "rule"):
+        if how == "eof" and block.suspended_by not in _CLEAN:
             cut = block.suspended_at if block.suspended_at is not None else at
             notes.problem(
                 cut,
                 f"result block (line {block.line}) cut off at the end of the output; "
                 f"kept its {block.values} values, the rest are unknown",
             )
-        elif how in ("phase", "header", "marker") and block.suspended_by not in ("blank", "rule"):
+        elif how in ("phase", "header", "marker") and block.suspended_by not in _CLEAN:
             ended = {"phase": "a sweep phase header", "header": "the next result header", "marker": "the marker"}
             notes.problem(
                 at,
@@ -304,7 +314,7 @@ class _Reader:
         for column in PREAMBLE:
             if block.row[column] is not None:
                 self.above[column] = block.row[column]
-        for number_, label in block.figures:
+        for number_, label, _ in block.figures:
             if self.odd_end and number_ - self.odd_end <= SUSPENDED_LINES:
                 self.notes.problem(
                     number_,
@@ -328,10 +338,13 @@ class _Reader:
         return self.block
 
     def confirm(self, block: _Block, at: int, prefix: str, titled: bool) -> None:
-        """A header under a block's preamble (vLLM's rate and concurrency above it): the block goes on, headed."""
+        """A header under a block's preamble (vLLM's rate and concurrency above it, TensorRT-LLM's failed
+        count, a person's notes): the block goes on, headed; its own lines override the figures above it."""
         block.header, block.line, block.prefix = True, at, prefix
         block.masked = _DIGIT_RE.sub("0", prefix)
         block.titled = titled and block.values == 0
+        block.provisional = {column for _, _, column in block.figures}
+        block.body_values = 0
         block.seen.clear()
         block.odd.clear()
         block.resume()
@@ -346,7 +359,7 @@ class _Reader:
             self.complete = True
             return "stop"
         if "enchmark" in line and ((header := HEADER_RE.search(line)) or TITLE_RE.match(body)):
-            if block.body_values or (block.header and block.values):
+            if block.values if block.header else block.body_values >= MIN_HEADLESS:
                 self.close("header", number_)
                 return "outside"  # the new header is read there
             self.confirm(block, number_, line[: header.start()] if header else "", header is None)
@@ -401,7 +414,7 @@ class _Reader:
         if found is not None and entry is None and _numeric_line(found):
             self.notes.warn(number_, f"unknown label {found['label']!r} near a result block; not read")
             return "next"
-        if stripped and block.suspended_by not in ("blank", "rule") and entry is None:
+        if stripped and block.suspended_by not in _CLEAN and entry is None:
             block.odd.append((number_, stripped))
         _above(body, self.above)  # outside the block after all: may be about the next one
         return "next"
@@ -412,12 +425,13 @@ class _Reader:
         if value is None:  # a sub-heading ("Per-position acceptance (%):") or a cut line
             if entry is not None and entry.column is not None:
                 self.notes.problem(number_, f"{label!r} has no value")
-            elif entry is None:
+            elif entry is None:  # a heading of the paste's own ("LLAMA 2:"): what follows may be another run
                 self.notes.warn(number_, f"label without a value inside a result block: {stripped[:120]!r}")
+                block.suspend(number_, "heading")
             return "next"
-        if entry is not None and entry.column is not None and entry.key in block.seen:
+        if entry is not None and entry.column is not None and _read_already(block, entry):
             self.close("repeat", number_)
-            return "outside"  # a label the block has read: the next row starts here
+            return "outside"  # a label (or figure) the block has read: the next row starts here
         if ":" in value:
             return self.flattened(block, number_, f"{label}: {value}")
         self.assign(block, number_, label, entry, value)
@@ -425,17 +439,37 @@ class _Reader:
 
     def flattened(self, block: _Block, number_: int, text: str) -> _Step:
         """A line holding several ``label: value`` pairs (a block flattened onto one line by a web page, or the
-        text after a header on its line); a closing rule at its end ends the block."""
+        text after a header on its line): a label seen again starts the next row, a closing rule at the end
+        ends the block."""
         pairs = _pairs(text)
         for label, value in pairs:
             entry = lookup(label)
+            if entry is not None and entry.column is not None and _read_already(block, entry):
+                self.close("repeat", number_)
+                block = self.open_block(number_, "", header=False)
             if value:
                 self.assign(block, number_, label, entry, value)
             elif entry is not None and entry.column is not None:
                 self.notes.problem(number_, f"{label!r} has no value")
-        if pairs and re.search(r"={10,}\s*$", pairs[-1][1]) and block.body_values and self.block is block:
+        if pairs and _CLOSING_RE.search(pairs[-1][1]) and block.body_values and self.block is block:
             self.close("rule", number_)
         return "next"
+
+    def headed(self, number_: int, line: str, header: re.Match[str]) -> _Step:
+        """A result header outside a block: the text in front of it is the block's line prefix, or, when it
+        holds known labels (a whole output flattened onto one line), the block's first pairs."""
+        self.half_header = None
+        front, rest = line[: header.start()], line[header.end() :]
+        if ":" in front and any(lookup(label) is not None for label, _ in _pairs(front)):
+            block = self.open_block(number_, "", header=False)
+            self.flattened(block, number_, front)
+            if self.block is block and (block.header or block.body_values >= MIN_HEADLESS):
+                self.close("header", number_)  # the labels in front were a block of their own
+            if self.block is None:
+                block = self.open_block(number_, "")
+            self.confirm(block, number_, "", False)
+            return self.flattened(block, number_, rest)
+        return self.flattened(self.open_block(number_, front), number_, rest)
 
     def assign(self, block: _Block, line_no: int, label: str, entry: Label | None, value: str) -> None:
         """Read one value into the block's row, in its column's unit; what cannot be read is reported."""
@@ -469,8 +503,7 @@ class _Reader:
         if "concurrency=" in line and (match := PHASE_RE.search(line)):
             self.new_phase(match)
         elif serving and (header := HEADER_RE.search(line)):
-            self.half_header = None
-            return self.flattened(self.open_block(number_, line[: header.start()]), number_, line[header.end() :])
+            return self.headed(number_, line, header)
         elif self.half_header == number_ - 1 and HEADER_TAIL_RE.match(PREFIX_RE.sub("", line)):
             self.open_block(number_, "")
             self.half_header = None
@@ -495,11 +528,26 @@ class _Reader:
             if entry is not None and entry.column is not None:
                 block = self.open_block(number_, line[: len(line) - len(body)], header=False)
                 return self.label_line(block, number_, found, body.strip())
+            if entry is None and ":" in found["value"] and self.flat_start(number_, body, found["label"]):
+                return "next"
             if entry is None and _numeric_line(found):
                 self.loose_line(number_, found["label"])
         if "=" in body or "--" in body:
             _arguments(body, self.above)
         return "next"
+
+    def flat_start(self, number_: int, body: str, label: str) -> bool:
+        """Whether a line whose first label is unknown holds known ``label: value`` pairs after it (a block
+        flattened onto one line behind other text): read as a block without a header. A first label found to
+        hold none is not tried again (log lines repeat their labels)."""
+        if label in self.unflat:
+            return False
+        if not any(_mapped(lookup(other)) for other, _ in _pairs(body)[1:]):
+            if len(self.unflat) < 10_000:
+                self.unflat.add(label)
+            return False
+        self.flattened(self.open_block(number_, "", header=False), number_, body)
+        return True
 
     def loose_line(self, number_: int, label: str) -> None:
         """An unknown ``label: number`` line outside any block: reported now if a block just ended, kept to
@@ -522,6 +570,10 @@ class _Reader:
 
 
 _TITLE_TEXT = "Serving Benchmark Result"
+
+
+def _mapped(entry: Label | None) -> bool:
+    return entry is not None and entry.column is not None
 
 
 def _numeric(value: str) -> bool:
@@ -562,16 +614,19 @@ def _store(
     if column in PREAMBLE and row[column] is not None:
         block.values += 1
         return  # the sweep's phase header or the line above the block said it first
-    if row[column] is not None:
+    if row[column] is not None and column not in block.provisional:
         notes.warn(line_no, f"{label!r}: {column} was read already in this block; kept the first value")
         return
+    if column in block.provisional:
+        block.provisional.discard(column)
+        block.values -= 1  # counted again below
     if number is not None and factor != 1.0:
         number = float(f"{number * factor:.12g}")
     row[column] = number
     block.values += 1
     if column not in PREAMBLE:
         block.body_values += 1
-        block.figures.append((line_no, label))
+        block.figures.append((line_no, label, column))
     if column in INTS and number is not None and math.isfinite(number) and number != int(number):
         notes.warn(line_no, f"{label!r} is not a whole number: {value!r}")
 
@@ -611,12 +666,28 @@ def _split_value(piece: str) -> tuple[str, str]:
     return (words[0], " ".join(words[1:])) if words else ("", "")
 
 
+def _read_already(block: _Block, entry: Label) -> bool:
+    """Whether the block has read this label, or this figure under another label (``Total time`` then
+    ``Benchmark duration``): then the line starts the next row."""
+    column = entry.column
+    if entry.key in block.seen:
+        return True
+    return (
+        column is not None
+        and column not in PREAMBLE
+        and block.row[column] is not None
+        and (column not in block.provisional)
+    )
+
+
 def _resumes(block: _Block, entry: Label) -> bool:
     """Whether a known label after a suspension continues the block: a stored label whose column the block
     has not filled yet. Rate and concurrency continue it only while it is still in its preamble (SGLang prints
     them first); after its figures they are vLLM's lines above the next block."""
     column = entry.column
-    if column is None or block.row[column] is not None or entry.key in block.seen:
+    if column is None or entry.key in block.seen:
+        return False
+    if block.row[column] is not None and column not in block.provisional:
         return False
     return column not in PREAMBLE or block.body_values == 0 or entry.key in _IN_BLOCK_ONLY
 
