@@ -451,3 +451,12 @@ def test_bench_parse_with_a_forced_kind_on_text_without_results_exits_nonzero_sa
     path.write_text(V2023)
     assert cli.main(["parse", str(path), "--kind", "serving"]) == 0
     assert json.loads(capsys.readouterr().out)["mean_e2e_ms"] == 67590.0
+
+
+def test_terminal_colours_logger_names_and_a_dict_of_the_labels_read_the_same():
+    plain = rows_of(VLLM)[0]
+    assert rows_of("".join(f"\x1b[1;32m{line}\x1b[0m\n" for line in VLLM.splitlines()))[0] == plain
+    assert rows_of("".join(f"INFO:__main__:{line}\n" for line in VLLM.splitlines()))[0] == plain
+    labels = dict(line.split(":", 1) for line in VLLM.splitlines() if ":" in line)
+    parsed = parse_text(json.dumps({label: float(value) for label, value in labels.items()}, indent=2))
+    assert parsed.rows[0] == plain and parsed.warnings == []

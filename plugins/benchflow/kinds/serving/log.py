@@ -74,7 +74,10 @@ SECTION_RE = re.compile(r"^\s*-{3,}\s*[^-\s].*?-{3,}\s*$")
 FENCE_RE = re.compile(r"^\s*(?:```|~~~)")
 # Mean TTFT (ms):                 153.00   /   Failed requests:   0   <<< note   /   Per-position acceptance (%):
 # Successful requests:100   (collapsed by a web page)
-LINE_RE = re.compile(r"^\s*(?P<label>[A-Za-z][^:]*?)\s*:(?:(?:\s+|(?=[-+.]?\d))(?P<value>\S.*?))?\s*$")
+# "Mean TTFT (ms)": 12.5,   (a person's dict of the printed labels)
+LINE_RE = re.compile(r"^\s*\"?(?P<label>[A-Za-z][^:\"]*?)\"?\s*:(?:(?:\s+|(?=[-+.]?\d))(?P<value>\S.*?))?\s*$")
+# \x1b[32m ... \x1b[0m   (a terminal's colours, kept by a log)
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # concurrency 8:  /  max_concurrency=8  /  Concurrency: 16  /  qps 4:  /  QPS=inf  /  request rate 16  /  qps1
 # (a sweep's label above a block)
 SWEEP_RE = re.compile(
@@ -99,12 +102,13 @@ PREFIX_RE = re.compile(
     r"|\s*[-|]\s+"
     r"|\s*\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s*"
     r"|\s*\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?\s*"
-    r"|\s*(?:INFO|WARNING|WARN|DEBUG|ERROR|CRITICAL)\b:?\s*)+"
+    r"|\s*(?:INFO|WARNING|WARN|DEBUG|ERROR|CRITICAL)\b(?::[\w.]+:)?:?\s*)+"
 )
 # "Successful requests: 256",   /   "Max request concurrency: not set\n",   (a block quoted as JSON strings)
 QUOTED_RE = re.compile(r"^(?P<pre>\s*)\"(?P<body>(?:[^\"\\]|\\.)*)\"\s*,?\s*$")
 _QUOTE_ENDS = ('"', '",', '", ')
-_CLEAN = ("blank", "rule", "heading")  # what suspends a block without a sign that something was lost
+_CLEAN = ("blank", "rule", "heading")
+_BRACKETS = "[]{}(),;"  # what suspends a block without a sign that something was lost
 _RULE_RUN_RE = re.compile(r"[=\-]{3,}")
 _CLOSING_RE = re.compile(r"={10,}\s*$")
 _DIGIT_RE = re.compile(r"\d")
@@ -221,6 +225,8 @@ class _Reader:
         for number_, raw in lines(text):
             last = number_
             line = raw.replace("\uff1a", ":") if "\uff1a" in raw else raw  # a full-width colon (a translated doc)
+            if "\x1b" in line:
+                line = ANSI_RE.sub("", line)
             if "\r" in line:  # tqdm redraws: the text after the last carriage return is what a terminal shows
                 line = line.rstrip()
                 line = line[line.rfind("\r") + 1 :]
@@ -384,7 +390,7 @@ class _Reader:
             return "next"
         if block.suspended_at is not None:
             return self.suspended(block, number_, body, stripped)
-        if not stripped:
+        if not stripped.strip(_BRACKETS):  # a blank line, or a bracket of the JSON or list the block is in
             block.suspend(number_, "blank")
         elif SECTION_RE.match(body):
             pass
@@ -593,6 +599,7 @@ def _factor(entry: Label, label: str, rest: str, line_no: int, notes: Notes) -> 
     warning) when the unit does not fit the column."""
     assert entry.column is not None
     unit = entry.unit
+    rest = rest.strip(",;")  # the separator of a dict or list the block was pasted as
     if rest:
         suffix = unit_of(rest)
         if suffix is not None:
