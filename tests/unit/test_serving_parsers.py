@@ -460,3 +460,12 @@ def test_terminal_colours_logger_names_and_a_dict_of_the_labels_read_the_same():
     labels = dict(line.split(":", 1) for line in VLLM.splitlines() if ":" in line)
     parsed = parse_text(json.dumps({label: float(value) for label, value in labels.items()}, indent=2))
     assert parsed.rows[0] == plain and parsed.warnings == []
+
+
+def test_a_result_dict_as_python_prints_it_gives_its_row():
+    result = {"backend": "vllm", "request_rate": math.inf, "max_concurrency": None, "completed": 100}
+    result |= {"duration": 12.5, "mean_ttft_ms": 12.5, "p99_itl_ms": math.nan, "itls": [[0.01, 0.02]]}
+    parsed = parse_text(f"print(result) gave:\n{result!r}\n")
+    row = parsed.rows[0]
+    assert (row["completed"], row["duration_s"], row["request_rate"], row["concurrency"]) == (100, 12.5, math.inf, None)
+    assert math.isnan(row["p99_itl_ms"]) and parsed.complete and parsed.warnings == []

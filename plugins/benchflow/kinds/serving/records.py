@@ -5,6 +5,7 @@ names its line (a record cut off mid-write at the end of the output: not counted
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Callable
@@ -71,15 +72,31 @@ def _unwrapped(text: str, at: int) -> tuple[Any, int]:
         stop = len(text) if cut < 0 else cut
         count += 1
         if text[end:stop].rstrip().endswith("}"):
+            joined = text[at:stop].replace("\r", "").replace("\n", "")
             try:
-                obj, _ = _DECODER.raw_decode(text[at:stop].replace("\r", "").replace("\n", ""))
+                obj, _ = _DECODER.raw_decode(joined)
             except json.JSONDecodeError:
-                return None, at
-            return obj, stop
+                obj = python_dict(joined)
+            return (obj, stop) if obj is not None else (None, at)
         if cut < 0:
             return None, at
         end = stop + 1
     return None, at
+
+
+# inf / nan / -inf as Python prints them in a dict: quoted so that a literal reads (number() reads them back)
+_BARE_RE = re.compile(r"(?<=[:\[,(])(\s*)(-?inf|nan)(?=\s*[,\]})])")
+
+
+def python_dict(text: str) -> dict[str, Any] | None:
+    """A result dict as Python prints it (``print(result)``: single quotes, ``inf``, ``None``), else None."""
+    if not text.lstrip().startswith("{'"):
+        return None
+    try:
+        obj = ast.literal_eval(_BARE_RE.sub(r"\1'\2'", text.strip()))
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def parser(name: str, config_of: Callable[[dict[str, Any]], Any]) -> Callable[..., ParsedRun]:
@@ -152,7 +169,7 @@ def head(text: str) -> str:
 _OBJECT_LINE_RE = re.compile(r"^[ \t]*\[?[ \t]*\{", re.M)  # {"completed": ...   /     {   /   [{
 
 
-RESULT_KEYS = (
+_RESULT_KEYS = (
     '"output_throughput"',
     '"completed"',
     '"request_throughput"',
@@ -162,6 +179,7 @@ RESULT_KEYS = (
     '"median_ttft_ms"',
     '"benchmark_values"',
 )
+RESULT_KEYS = _RESULT_KEYS + tuple(key.replace('"', "'") for key in _RESULT_KEYS)  # also as Python prints a dict
 
 
 def results(sample: str) -> bool:
