@@ -469,3 +469,12 @@ def test_a_result_dict_as_python_prints_it_gives_its_row():
     row = parsed.rows[0]
     assert (row["completed"], row["duration_s"], row["request_rate"], row["concurrency"]) == (100, 12.5, math.inf, None)
     assert math.isnan(row["p99_itl_ms"]) and parsed.complete and parsed.warnings == []
+
+
+def test_a_block_turned_into_a_two_column_table_reads_the_same():
+    rows = [line.split(":", 1) for line in VLLM.splitlines() if ":" in line]
+    table = "| Metric | Value |\n|---|---|\n" + "".join(f"| {k} | {v.strip()} |\n" for k, v in rows)
+    parsed = parse_text(table, "serving")
+    assert parsed.rows[0] == rows_of(VLLM)[0] and parsed.warnings == []
+    bold = table.replace("| Mean TTFT (ms) |", "| **Mean TTFT (ms)** |")
+    assert parse_text(bold).rows[0]["mean_ttft_ms"] == 71.54

@@ -108,7 +108,8 @@ PREFIX_RE = re.compile(
 QUOTED_RE = re.compile(r"^(?P<pre>\s*)\"(?P<body>(?:[^\"\\]|\\.)*)\"\s*,?\s*$")
 _QUOTE_ENDS = ('"', '",', '", ')
 _CLEAN = ("blank", "rule", "heading")
-_BRACKETS = "[]{}(),;"  # what suspends a block without a sign that something was lost
+_BRACKETS = "[]{}(),;"
+_TABLE_STARTS = ("|", " |", "  |")  # what suspends a block without a sign that something was lost
 _RULE_RUN_RE = re.compile(r"[=\-]{3,}")
 _CLOSING_RE = re.compile(r"={10,}\s*$")
 _DIGIT_RE = re.compile(r"\d")
@@ -198,6 +199,15 @@ def unquoted(line: str) -> list[str] | None:
     return [pre + part for part in parts]
 
 
+def table_row(line: str) -> str:
+    """A markdown table's row ``| Mean TTFT (ms) | 12.5 |`` whose first cell is a known label as the line
+    ``Mean TTFT (ms): 12.5`` (a block a person turned into a two-column table); any other line as it is."""
+    cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+    if len(cells) != 2 or not cells[0] or not cells[1] or lookup(cells[0].strip("*` ").rstrip(":")) is None:
+        return line
+    return f"{cells[0].strip('*` ').rstrip(':')}: {cells[1].strip('*` ')}"
+
+
 class _Reader:
     """The line classifier and block state machine behind :func:`parse`: outside a block, lines are phase
     headers, result headers, known labels that open a block without a header, or lines about the next block;
@@ -230,6 +240,8 @@ class _Reader:
             if "\r" in line:  # tqdm redraws: the text after the last carriage return is what a terminal shows
                 line = line.rstrip()
                 line = line[line.rfind("\r") + 1 :]
+            if line.startswith(_TABLE_STARTS):
+                line = table_row(line)
             if (line.endswith(_QUOTE_ENDS) or "\\n" in line) and (held := unquoted(line)) is not None:
                 if any(self.step(number_, part) == "stop" for part in held):
                     break
