@@ -631,8 +631,12 @@ def _store(
     assert column is not None
     block.seen.add(entry.key)
     if column in PREAMBLE and row[column] is not None:
-        block.values += 1
-        return  # the sweep's phase header or the line above the block said it first
+        block.values += 1  # the sweep's phase header or the line above the block said it first
+        if number is not None and number != row[column]:
+            notes.warn(
+                line_no, f"{label!r}: {value.split()[0]!r} differs from the {column} above ({row[column]}); kept"
+            )
+        return
     if row[column] is not None and column not in block.provisional:
         notes.warn(line_no, f"{label!r}: {column} was read already in this block; kept the first value")
         return
