@@ -484,3 +484,10 @@ def test_a_setting_the_block_contradicts_is_kept_from_above_and_reported():
     parsed = parse_text(PHASES[1] + "\n" + SGLANG.replace(*value("Max request concurrency", "16")) + "ALL_DONE\n")
     assert parsed.rows[0]["concurrency"] == 8
     assert "line 5: 'Max request concurrency': '16' differs from the concurrency above (8); kept" in parsed.warnings
+
+
+@pytest.mark.parametrize("style", ["* {}", "• {}", "- {}", "**{}**"])
+def test_a_block_written_as_a_markdown_list_or_in_bold_reads_the_same(style: str):
+    text = "".join(style.format(line) + "\n" for line in VLLM.splitlines() if line.strip())
+    parsed = parse_text(text)
+    assert parsed.rows[0] == rows_of(VLLM)[0] and parsed.warnings == []

@@ -99,7 +99,7 @@ PREFIX_RE = re.compile(
     r"|\s*[\w.-]+\s+\|\s"
     r"|\s*\[[^\]]{0,80}\]:?\s*"
     r"|\s*\([\w\s=.,-]{1,60}\)\s*(?=\S)"
-    r"|\s*[-|]\s+"
+    r"|\s*[-|*•]\s+"
     r"|\s*\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s*"
     r"|\s*\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?\s*"
     r"|\s*(?:INFO|WARNING|WARN|DEBUG|ERROR|CRITICAL)\b(?::[\w.]+:)?:?\s*)+"
@@ -240,6 +240,8 @@ class _Reader:
             if "\r" in line:  # tqdm redraws: the text after the last carriage return is what a terminal shows
                 line = line.rstrip()
                 line = line[line.rfind("\r") + 1 :]
+            if "**" in line:  # markdown bold around a label or a value
+                line = line.replace("**", "")
             if line.startswith(_TABLE_STARTS):
                 line = table_row(line)
             if (line.endswith(_QUOTE_ENDS) or "\\n" in line) and (held := unquoted(line)) is not None:
