@@ -116,6 +116,7 @@ _DIGIT_RE = re.compile(r"\d")
 _IN_BLOCK_ONLY = {"request rate configured (rps)"}  # vLLM prints it among the block's counts, never above
 _WHOLE_ONLY = {"concurrency"}  # read only as a whole number: SGLang's own "Concurrency:" is a measured mean
 _NUMBER_START = frozenset("0123456789+-.iInN")
+_NUMBER_HEAD_RE = re.compile(r"[-+]?(?:\d|\.\d|inf(?![a-z])|nan(?![a-z]))", re.I)
 _LONGEST_LABEL = 8  # words: the longest label a flattened line is searched for
 
 
@@ -515,7 +516,7 @@ class _Reader:
         _store(block, entry, label, number, factor, line_no, value, notes)
 
     def outside(self, number_: int, line: str) -> _Step:
-        if line.strip() == self.marker:
+        if self.marker in line and line.strip() == self.marker:
             self.complete = True
             return "stop"
         serving = "enchmark" in line  # cheap: only such a line can be a header
@@ -603,8 +604,9 @@ def _numeric_line(found: re.Match[str]) -> bool:
     """Whether a ``label: value`` match has the shape ``label: number`` a tool prints: a short label, a space
     after the colon (``09:15:57`` is a time), a number."""
     value = found["value"]
-    spaced = found.start("value") - found.end("label") >= 2
-    return spaced and value[0] in _NUMBER_START and len(found["label"]) <= 60 and _numeric(value)
+    if value is None or value[0] not in _NUMBER_START or found.start("value") - found.end("label") < 2:
+        return False
+    return len(found["label"]) <= 60 and _NUMBER_HEAD_RE.match(value) is not None
 
 
 def _factor(entry: Label, label: str, rest: str, line_no: int, notes: Notes) -> float | None:
