@@ -491,3 +491,17 @@ def test_a_block_written_as_a_markdown_list_or_in_bold_reads_the_same(style: str
     text = "".join(style.format(line) + "\n" for line in VLLM.splitlines() if line.strip())
     parsed = parse_text(text)
     assert parsed.rows[0] == rows_of(VLLM)[0] and parsed.warnings == []
+
+
+@pytest.mark.parametrize(
+    "paste",
+    [
+        json.dumps(VLLM.splitlines()),  # a list of the lines, on one line
+        repr(VLLM.splitlines()),  # the same as Python prints it
+        "<p>" + "<br>".join(VLLM.splitlines()) + "</p>",  # an HTML page's lines
+    ],
+    ids=["json-list", "python-list", "html-br"],
+)
+def test_a_block_as_a_list_on_one_line_or_html_lines_reads_the_same(paste: str):
+    parsed = parse_text(paste + "\n")
+    assert parsed.rows[0] == rows_of(VLLM)[0] and parsed.complete and parsed.warnings == []

@@ -109,9 +109,11 @@ QUOTED_RE = re.compile(r"^(?P<pre>\s*)\"(?P<body>(?:[^\"\\]|\\.)*)\"\s*,?\s*$")
 _QUOTE_ENDS = ('"', '",', '", ')
 _CLEAN = ("blank", "rule", "heading")
 _BRACKETS = "[]{}(),;"
-_TABLE_STARTS = ("|", " |", "  |")  # what suspends a block without a sign that something was lost
+_TABLE_STARTS = ("|", " |", "  |")
+_BR_RE = re.compile(r"<br\s*/?>", re.I)
+_TAG_RE = re.compile(r"</?[A-Za-z][^<>]{0,200}>")  # what suspends a block without a sign that something was lost
 _RULE_RUN_RE = re.compile(r"[=\-]{3,}")
-_CLOSING_RE = re.compile(r"={10,}\s*$")
+_CLOSING_RE = re.compile(r"={10,}[\s\[\]{}(),;]*$")
 _DIGIT_RE = re.compile(r"\d")
 _IN_BLOCK_ONLY = {"request rate configured (rps)"}  # vLLM prints it among the block's counts, never above
 _WHOLE_ONLY = {"concurrency"}  # read only as a whole number: SGLang's own "Concurrency:" is a measured mean
@@ -190,6 +192,8 @@ def unquoted(line: str) -> list[str] | None:
         pre, text = found["pre"], found["body"]
     elif "\\n" in line:
         pre, text = "", line
+    elif "<br" in line:  # an HTML page's lines
+        pre, text = "", _TAG_RE.sub("", _BR_RE.sub(lambda _: "\\n", line))
     else:
         return None
     if ":" not in text and "enchmark" not in text and not _RULE_RUN_RE.search(text):
@@ -245,7 +249,7 @@ class _Reader:
                 line = line.replace("**", "")
             if line.startswith(_TABLE_STARTS):
                 line = table_row(line)
-            if (line.endswith(_QUOTE_ENDS) or "\\n" in line) and (held := unquoted(line)) is not None:
+            if (line.endswith(_QUOTE_ENDS) or "\\n" in line or "<br" in line) and (held := unquoted(line)):
                 if any(self.step(number_, part) == "stop" for part in held):
                     break
                 continue
@@ -614,7 +618,7 @@ def _factor(entry: Label, label: str, rest: str, line_no: int, notes: Notes) -> 
     warning) when the unit does not fit the column."""
     assert entry.column is not None
     unit = entry.unit
-    rest = rest.strip(",;")  # the separator of a dict or list the block was pasted as
+    rest = rest.strip(" ,;")  # the separator of a dict or list the block was pasted as
     if rest:
         suffix = unit_of(rest)
         if suffix is not None:
@@ -659,8 +663,9 @@ def _store(
 
 def _pairs(text: str) -> list[tuple[str, str]]:
     """``label: value`` pairs of a flattened line, each label the longest known one before its colon (the
-    words in front of it belong to the previous value: its unit, a section title)."""
-    parts = text.split(":")
+    words in front of it belong to the previous value: its unit, a section title). Quotes go first: a list of
+    the block's lines written on one line (``["Successful requests: 100", "Benchmark ...``) reads too."""
+    parts = text.replace('"', " ").replace("'", " ").split(":")
     label = _last_label(parts[0])
     pairs: list[tuple[str, str]] = []
     for index in range(1, len(parts)):
