@@ -482,6 +482,24 @@ def layered(lines: list[str]) -> str:
     return crlf(["```", *(f"bench-1  | {line}" for line in lines), "```"])
 
 
+def one_line_list(lines: list[str]) -> str:
+    """The block's lines as one JSON list on one line (a log that printed ``json.dumps(lines)``)."""
+    return json.dumps(lines, ensure_ascii=False) + "\n"
+
+
+def html_lines(lines: list[str]) -> str:
+    return "<div>" + "<br/>".join(lines) + "</div>\n"
+
+
+def markdown_table(lines: list[str]) -> str:
+    """Every ``label: value`` line as a row of a two-column table; the other lines as they are."""
+    rows = [
+        f"| {line.split(':', 1)[0].strip()} | {line.split(':', 1)[1].strip()} |" if ":" in line else line
+        for line in lines
+    ]
+    return "| Metric | Value |\n|---|---|\n" + "\n".join(rows) + "\n"
+
+
 TRANSFORMS: dict[str, Callable[[list[str]], str]] = {
     "plain": lambda lines: "\n".join(lines) + "\n",
     "comment": prefixed("# "),
@@ -495,6 +513,12 @@ TRANSFORMS: dict[str, Callable[[list[str]], str]] = {
     "tabs": tabs,
     "collapsed": collapsed,
     "layered": layered,
+    "one-line-list": one_line_list,
+    "html-lines": html_lines,
+    "markdown-table": markdown_table,
+    "bullets": prefixed("* "),
+    "colours": lambda lines: "".join(f"\x1b[0;36m{line}\x1b[0m\n" for line in lines),
+    "logger": prefixed("INFO:benchmark_serving:"),
 }
 SEED = 21
 

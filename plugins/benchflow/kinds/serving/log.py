@@ -110,6 +110,7 @@ _QUOTE_ENDS = ('"', '",', '", ')
 _CLEAN = ("blank", "rule", "heading")
 _BRACKETS = "[]{}(),;"
 _TABLE_STARTS = ("|", " |", "  |")
+_OPENERS = "[({\"'"  # what a list, a dict or a string written on one line starts with
 _BR_RE = re.compile(r"<br\s*/?>", re.I)
 _TAG_RE = re.compile(r"</?[A-Za-z][^<>]{0,200}>")  # what suspends a block without a sign that something was lost
 _RULE_RUN_RE = re.compile(r"[=\-]{3,}")
@@ -547,7 +548,11 @@ class _Reader:
         if len(body) <= _SWEEP_LABEL_CHARS and (sweep := SWEEP_RE.match(body)):
             self.above[sweep.lastgroup or ""] = leading_number(sweep[sweep.lastgroup or ""])[0]
             return "next"
-        if ":" in body and (found := LINE_RE.match(body)) is not None and found["value"]:
+        found = LINE_RE.match(body) if ":" in body else None
+        if found is None and body.lstrip()[:1] in _OPENERS and body.count(":") >= MIN_HEADLESS:
+            if self.flat_start(number_, body, body.split(":", 1)[0]):  # ["Total time: 166.88 s", "Throughput: ...
+                return "next"
+        elif found is not None and found["value"]:
             entry = lookup(found["label"])
             if entry is not None and entry.column is not None:
                 block = self.open_block(number_, line[: len(line) - len(body)], header=False)
@@ -566,7 +571,7 @@ class _Reader:
         hold none is not tried again (log lines repeat their labels)."""
         if label in self.unflat:
             return False
-        if not any(_mapped(lookup(other)) for other, _ in _pairs(body)[1:]):
+        if not any(_mapped(lookup(other)) for other, _ in _pairs(body)[0 if label[:1] in _OPENERS else 1 :]):
             if len(self.unflat) < 10_000:
                 self.unflat.add(label)
             return False
