@@ -85,7 +85,7 @@ SWEEP_RE = re.compile(
     r"|(?:qps|rps|request[ _-]?rate)\s*[:=]?\s*(?P<request_rate>[0-9.]+|inf))\s*:?\s*$",
     re.I,
 )
-_SWEEP_LABEL_CHARS = 40
+_SWEEP_LABEL_CHARS = 40  # a sweep label is a short line; longer ones are not tried
 # Namespace(... num_prompts=80, request_rate=inf, max_concurrency=8 ...)  /  --num-prompts 3000  /  num_prompts=80
 ARG_RE = re.compile(
     r"(?:^|[\s,(])(?:--)?(?P<arg>num[-_]prompts|max[-_]concurrency|request[-_]rate)(?:=|\s+)(?P<v>[0-9.]+|inf)\b",
@@ -107,12 +107,13 @@ PREFIX_RE = re.compile(
 # "Successful requests: 256",   /   "Max request concurrency: not set\n",   (a block quoted as JSON strings)
 QUOTED_RE = re.compile(r"^(?P<pre>\s*)\"(?P<body>(?:[^\"\\]|\\.)*)\"\s*,?\s*$")
 _QUOTE_ENDS = ('"', '",', '", ')
-_CLEAN = ("blank", "rule", "heading")
-_BRACKETS = "[]{}(),;"
-_TABLE_STARTS = ("|", " |", "  |")
+_CLEAN = ("blank", "rule", "heading")  # what suspends a block without a sign that something was lost
+_BRACKETS = "[]{}(),;"  # a line of these alone is the bracket of the JSON or list a block is in
+_TABLE_STARTS = ("|", " |", "  |")  # a markdown table's row
 _OPENERS = "[({\"'"  # what a list, a dict or a string written on one line starts with
+_RARE_RE = re.compile(r"[\uff1a\x1b\r*\\<]")  # what _cleaned changes, and the \\n or <br> of held lines
 _BR_RE = re.compile(r"<br\s*/?>", re.I)
-_TAG_RE = re.compile(r"</?[A-Za-z][^<>]{0,200}>")  # what suspends a block without a sign that something was lost
+_TAG_RE = re.compile(r"</?[A-Za-z][^<>]{0,200}>")
 _RULE_RUN_RE = re.compile(r"[=\-]{3,}")
 _CLOSING_RE = re.compile(r"={10,}[\s\[\]{}(),;]*$")
 _DIGIT_RE = re.compile(r"\d")
@@ -205,6 +206,19 @@ def unquoted(line: str) -> list[str] | None:
     return [pre + part for part in parts]
 
 
+def _cleaned(line: str) -> str:
+    """A line as a terminal or a reader sees it: full-width colons (a translated doc) as ``:``, colours and
+    markdown bold gone, tqdm's redraws (carriage returns) down to the text after the last one."""
+    if "\uff1a" in line:
+        line = line.replace("\uff1a", ":")
+    if "\x1b" in line:
+        line = ANSI_RE.sub("", line)
+    if "\r" in line:
+        line = line.rstrip()
+        line = line[line.rfind("\r") + 1 :]
+    return line.replace("**", "") if "**" in line else line
+
+
 def table_row(line: str) -> str:
     """A markdown table's row ``| Mean TTFT (ms) | 12.5 |`` whose first cell is a known label as the line
     ``Mean TTFT (ms): 12.5`` (a block a person turned into a two-column table); any other line as it is."""
@@ -240,17 +254,12 @@ class _Reader:
         last = 0
         for number_, raw in lines(text):
             last = number_
-            line = raw.replace("\uff1a", ":") if "\uff1a" in raw else raw  # a full-width colon (a translated doc)
-            if "\x1b" in line:
-                line = ANSI_RE.sub("", line)
-            if "\r" in line:  # tqdm redraws: the text after the last carriage return is what a terminal shows
-                line = line.rstrip()
-                line = line[line.rfind("\r") + 1 :]
-            if "**" in line:  # markdown bold around a label or a value
-                line = line.replace("**", "")
+            rare = _RARE_RE.search(raw) is not None
+            line = _cleaned(raw) if rare else raw
             if line.startswith(_TABLE_STARTS):
                 line = table_row(line)
-            if (line.endswith(_QUOTE_ENDS) or "\\n" in line or "<br" in line) and (held := unquoted(line)):
+            holds = line.endswith(_QUOTE_ENDS) or (rare and ("\\n" in line or "<br" in line))
+            if holds and (held := unquoted(line)):
                 if any(self.step(number_, part) == "stop" for part in held):
                     break
                 continue
