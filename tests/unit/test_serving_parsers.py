@@ -483,7 +483,7 @@ def test_a_block_turned_into_a_two_column_table_reads_the_same():
 def test_a_setting_the_block_contradicts_is_kept_from_above_and_reported():
     parsed = parse_text(PHASES[1] + "\n" + SGLANG.replace(*value("Max request concurrency", "16")) + "ALL_DONE\n")
     assert parsed.rows[0]["concurrency"] == 8
-    assert "line 5: 'Max request concurrency': '16' differs from the concurrency above (8); kept" in parsed.warnings
+    assert "line 5: 'Max request concurrency': '16' differs from the concurrency above (8), kept" in parsed.warnings
 
 
 @pytest.mark.parametrize("style", ["* {}", "• {}", "- {}", "**{}**"])

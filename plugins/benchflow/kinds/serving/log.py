@@ -15,7 +15,8 @@ The parser is a line classifier and a small block state machine, streamed over t
 * inside a block, ``label: value`` lines fill the row, values converted to the column's unit (``294.1 s``,
   ``Mean E2EL (s)`` → ms); a label already seen in the block starts the next row; a line holding several
   ``label: value`` pairs (a block flattened onto one line) reads pair by pair; a line quoted as a JSON string
-  (``"Successful requests: 256",``) reads as its text;
+  (``"Successful requests: 256",``), a notebook's output, a list of the lines on one line, an HTML page's
+  ``<br>`` lines, a two-column markdown table, bullets, bold and terminal colours read as the text they hold;
 * a closing ``=`` rule, a fence, a new header or the done marker ends the block; a plain dashed line, a blank or
   an odd line (a fork's extra section, a cut line) *suspends* it: a known label for a column it has not
   filled resumes it, one it has filled starts the next row, anything else is outside the block;
@@ -655,7 +656,7 @@ def _store(
         block.values += 1  # the sweep's phase header or the line above the block said it first
         if number is not None and number != row[column]:
             notes.warn(
-                line_no, f"{label!r}: {value.split()[0]!r} differs from the {column} above ({row[column]}); kept"
+                line_no, f"{label!r}: {value.split()[0]!r} differs from the {column} above ({row[column]}), kept"
             )
         return
     if row[column] is not None and column not in block.provisional:
