@@ -86,6 +86,10 @@ def cmd_parse(args: argparse.Namespace) -> int:
     print(f"{path}: {found.name}/{parsed.format}, {len(parsed.rows)} rows, {state}", file=sys.stderr)
     for warning in parsed.warnings:
         print(f"{path}: warning: {warning}", file=sys.stderr)
+    if not parsed.rows:  # issue #21: a kind or format (named or detected) that reads nothing is an error, said so
+        why = "; ".join(parsed.problem_lines()[:3]) or "no line of it reads as a result"
+        print(f"{path}: no rows as {found.name}/{parsed.format}: {why}", file=sys.stderr)
+        return 1
     return 1 if parsed.dropped else 0  # rows were printed either way; non-zero only when something was lost
 
 

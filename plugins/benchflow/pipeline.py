@@ -99,9 +99,13 @@ def parse(
         if not parsed.complete:
             complete = False
             notes.append(f"{name}: ends without {marker!r} after {len(parsed.rows)} rows")
-        if parsed.dropped:  # a block or row could not be read: the run lost data, whatever its marker says
+        # Issue #21: a row that lost values (a problem that dropped data) makes the run incomplete, whatever its
+        # marker says; problems that lost nothing (a block cut off at the end) leave the status to the marker.
+        # Either way the problems lead runs.detail, so the cap on the notes never hides one behind warnings.
+        if parsed.dropped:
             complete = False
-        notes += [f"{name}: {w}" for w in parsed.warnings]
+        problems = parsed.problem_lines()
+        notes += [f"{name}: {p}" for p in problems] + [f"{name}: {w}" for w in parsed.warnings if w not in problems]
     strict = [strict_row(row) for row in rows]
     rows = [row for row, _ in strict]
     if non_finite := sum(len(flagged) for _, flagged in strict):

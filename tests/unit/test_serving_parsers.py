@@ -328,3 +328,180 @@ def test_non_finite_values_read_alike_and_write_as_strict_json():
     row, flagged = strict_row(parse_text(VLLM.replace("7.74", "NaN")).rows[0])
     assert flagged == ["mean_itl_ms"] and row["mean_itl_ms"] is None
     json.dumps(row, allow_nan=False)
+
+
+# Issue #21: the classes a new user's real outputs found, each as its smallest case.
+V2023 = (
+    "Total time: 166.88 s\nThroughput: 5.99 requests/s\nAverage latency: 67.59 s\nAverage latency per token: 0.21 s\n"
+)
+EARLY_2024 = (
+    "Traffic request rate: inf\nSuccessful requests: 1780\nBenchmark duration: 294.101467 s\n"
+    "Request throughput: 6.05 requests/s\nOutput token throughput: 1412.49 tokens/s\nMean TTFT: 114960.78 ms\n"
+)
+
+
+def test_blocks_without_a_header_are_detected_and_read_in_the_columns_units():
+    row = rows_of("Namespace(num_prompts=1000, request_rate=200.0)\n" + V2023)[0]
+    assert (row["duration_s"], row["request_throughput"], row["mean_e2e_ms"]) == (166.88, 5.99, 67590.0)
+    assert (row["num_prompts"], row["request_rate"]) == (1000, 200.0)  # the run's arguments, printed above
+    row = rows_of(EARLY_2024)[0]
+    assert (row["completed"], row["duration_s"], row["output_throughput"]) == (1780, 294.101467, 1412.49)
+    assert (row["mean_ttft_ms"], row["request_rate"]) == (114960.78, math.inf)
+    forced = parse_text(V2023, "serving")
+    assert forced.format == "log" and forced.complete and forced.warnings == []
+
+
+def test_a_label_read_again_starts_the_next_row():
+    runs = "1 L4 GPU\n" + V2023 + "\n2 L4 GPU\n" + V2023.replace("166.88", "148.03") + "LLAMA 2:\n" + EARLY_2024
+    assert [r["duration_s"] for r in rows_of(runs)] == [166.88, 148.03, 294.101467]
+
+
+def test_a_dashed_line_after_a_preamble_inside_a_block_ends_nothing():
+    text = VLLM.replace(
+        "Successful requests:", "Hardware: 8x H200\nConcurrency: 4\n" + "-" * 50 + "\nSuccessful requests:"
+    )
+    parsed = parse_text(text)
+    row = parsed.rows[0]
+    assert (row["concurrency"], row["completed"], row["p99_itl_ms"]) == (4, 10, 8.39) and parsed.complete
+    assert parsed.warnings == ["line 2: unknown label 'Hardware'"]
+
+
+def test_latencies_in_seconds_and_units_after_the_value_are_converted():
+    e2el = "----------------End-to-end Latency----------------\nMean E2EL (s):                           1.25\n"
+    row = rows_of(VLLM.replace("=" * 50 + "\n", e2el + "P99 E2EL (s):   2.5\n" + "=" * 50 + "\n"))[0]
+    assert (row["mean_e2e_ms"], row["p99_e2e_ms"], row["mean_itl_ms"]) == (1250.0, 2500.0, 7.74)
+    parsed = parse_text(
+        VLLM.replace("Benchmark duration (s):                  5.78", "Benchmark duration (s): 5780 ms")
+    )
+    assert parsed.rows[0]["duration_s"] == 5.78 and parsed.warnings == []
+    parsed = parse_text(VLLM.replace("Mean TTFT (ms):                          71.54", "Mean TTFT (ms): 71.54 tok/s"))
+    assert parsed.rows[0]["mean_ttft_ms"] is None  # a unit that does not fit the column is reported, not stored
+    assert "line 10: 'Mean TTFT (ms)': unit 'tok/s' does not fit mean_ttft_ms; not read" in parsed.warnings
+
+
+def test_a_block_flattened_onto_one_line_reads_the_same():
+    above = "Traffic request rate: 4.0\nMaximum request concurrency: 8\n"
+    flat = " ".join(" ".join(line.split()) for line in (above + VLLM).splitlines())
+    assert flat.startswith("Traffic request rate: 4.0 Maximum request concurrency: 8 ===")
+    parsed = parse_text("Copied from the page:\n" + flat + "\n")
+    assert len(parsed.rows) == 1 and parsed.rows[0] == rows_of(above + VLLM)[0] and parsed.complete
+    two = " ".join(" ".join(line.split()) for line in (V2023 + V2023.replace("5.99", "6.76")).splitlines())
+    assert [r["request_throughput"] for r in rows_of("Results: " + two)] == [5.99, 6.76]
+
+
+def test_a_block_quoted_as_json_strings_reads_the_same():
+    block = SGLANG.replace(*value("Max request concurrency", "not set"))
+    parsed = parse_text(json.dumps({"output": block.splitlines()}, indent=2))
+    assert not parsed.dropped and parsed.complete and parsed.warnings == []
+    assert parsed.rows[0]["concurrency"] is None and parsed.rows[0] == parse_text(block).rows[0]
+    notebook = json.dumps({"outputs": [{"text": [line + "\n" for line in block.splitlines()]}]}, indent=1)
+    assert parse_text(notebook).rows[0] == parse_text(block).rows[0]
+    assert parse_text(json.dumps({"stdout": block})).rows[0] == parse_text(block).rows[0]  # one string, \n escapes
+
+
+def test_a_save_result_json_with_latency_statistics_only_gives_its_row():
+    stats = {"date": "20250301-101500", "backend": "vllm", "model_id": "m", "mean_ttft_ms": 12.5, "p99_itl_ms": 9.0}
+    parsed = parse_text(json.dumps(stats, indent=4))
+    assert parsed.format == "vllm_json" and parsed.complete and parsed.warnings == []
+    assert (parsed.rows[0]["mean_ttft_ms"], parsed.rows[0]["p99_itl_ms"], parsed.rows[0]["config"]) == (12.5, 9.0, "m")
+
+
+def test_vllms_pytorch_benchmark_format_gives_one_row_per_run():
+    def record(name: str, value: float, concurrency: int) -> dict:
+        args = {"max_concurrency": concurrency, "num_prompts": 80, "request_rate": "inf"}
+        extra = {"completed": 80, "duration": 10.0, "total_token_throughput": 5000.0}
+        return {
+            "benchmark": {"name": "vLLM benchmark", "extra_info": {"args": args}},
+            "model": {"name": "m"},
+            "metric": {"name": name, "benchmark_values": [value], "extra_info": extra},
+        }
+
+    runs = [record(n, v, c) for c in (1, 8) for n, v in (("median_ttft_ms", 10.0 * c), ("p99_itl_ms", 9.0))]
+    parsed = parse_text(json.dumps(runs))  # one line, as the client writes it
+    assert parsed.format == "vllm_json" and [r["concurrency"] for r in parsed.rows] == [1, 8]
+    assert [r["median_ttft_ms"] for r in parsed.rows] == [10.0, 80.0] and parsed.rows[1]["completed"] == 80
+
+
+def test_every_unread_label_number_line_near_a_block_is_reported_with_its_line():
+    text = "GPU util: 97\n" + VLLM.replace("Total input tokens:", "Cache hit rate (%): 41.5\nTotal input tokens:")
+    text += "KV cache usage: 0.4\n\n" + "\n" * 20 + "Unrelated counter: 12\n"
+    parsed = parse_text(text)
+    assert parsed.rows[0]["total_input_tokens"] == 1369
+    assert "line 1: unknown label 'GPU util' above a result block; not read" in parsed.warnings
+    assert "line 5: unknown label 'Cache hit rate (%)'" in parsed.warnings
+    assert "line 24: unknown label 'KV cache usage' near a result block; not read" in parsed.warnings
+    assert not any("Unrelated counter" in w for w in parsed.warnings)  # far from any block: not about one
+
+
+def test_figures_lost_past_an_unexpected_line_are_a_problem_that_drops_them():
+    odd = VLLM.replace("=" * 50, "scheduler crashed, see above\nMean TTFT (ms): 1.0\nMedian TTFT (ms): 2.0")
+    parsed = parse_text(odd)
+    assert parsed.rows[0]["mean_ttft_ms"] == 71.54 and parsed.dropped
+    assert [p.line for p in parsed.problems if p.dropped] == [22, 23]
+
+
+def test_bench_parse_with_a_forced_kind_on_text_without_results_exits_nonzero_saying_why(tmp_path, capsys):
+    from benchflow import cli
+
+    path = tmp_path / "notes.txt"
+    path.write_text("We ran the benchmark twice.\nGPU util: 97\n")
+    assert cli.main(["parse", str(path), "--kind", "serving"]) == 1
+    err = capsys.readouterr().err
+    assert "no rows as serving/log: no result block: no 'Serving Benchmark Result' header" in err
+    path.write_text(V2023)
+    assert cli.main(["parse", str(path), "--kind", "serving"]) == 0
+    assert json.loads(capsys.readouterr().out)["mean_e2e_ms"] == 67590.0
+
+
+def test_terminal_colours_logger_names_and_a_dict_of_the_labels_read_the_same():
+    plain = rows_of(VLLM)[0]
+    assert rows_of("".join(f"\x1b[1;32m{line}\x1b[0m\n" for line in VLLM.splitlines()))[0] == plain
+    assert rows_of("".join(f"INFO:__main__:{line}\n" for line in VLLM.splitlines()))[0] == plain
+    labels = dict(line.split(":", 1) for line in VLLM.splitlines() if ":" in line)
+    parsed = parse_text(json.dumps({label: float(value) for label, value in labels.items()}, indent=2))
+    assert parsed.rows[0] == plain and parsed.warnings == []
+
+
+def test_a_result_dict_as_python_prints_it_gives_its_row():
+    result = {"backend": "vllm", "request_rate": math.inf, "max_concurrency": None, "completed": 100}
+    result |= {"duration": 12.5, "mean_ttft_ms": 12.5, "p99_itl_ms": math.nan, "itls": [[0.01, 0.02]]}
+    parsed = parse_text(f"print(result) gave:\n{result!r}\n")
+    row = parsed.rows[0]
+    assert (row["completed"], row["duration_s"], row["request_rate"], row["concurrency"]) == (100, 12.5, math.inf, None)
+    assert math.isnan(row["p99_itl_ms"]) and parsed.complete and parsed.warnings == []
+
+
+def test_a_block_turned_into_a_two_column_table_reads_the_same():
+    rows = [line.split(":", 1) for line in VLLM.splitlines() if ":" in line]
+    table = "| Metric | Value |\n|---|---|\n" + "".join(f"| {k} | {v.strip()} |\n" for k, v in rows)
+    parsed = parse_text(table, "serving")
+    assert parsed.rows[0] == rows_of(VLLM)[0] and parsed.warnings == []
+    bold = table.replace("| Mean TTFT (ms) |", "| **Mean TTFT (ms)** |")
+    assert parse_text(bold).rows[0]["mean_ttft_ms"] == 71.54
+
+
+def test_a_setting_the_block_contradicts_is_kept_from_above_and_reported():
+    parsed = parse_text(PHASES[1] + "\n" + SGLANG.replace(*value("Max request concurrency", "16")) + "ALL_DONE\n")
+    assert parsed.rows[0]["concurrency"] == 8
+    assert "line 5: 'Max request concurrency': '16' differs from the concurrency above (8), kept" in parsed.warnings
+
+
+@pytest.mark.parametrize("style", ["* {}", "• {}", "- {}", "**{}**"])
+def test_a_block_written_as_a_markdown_list_or_in_bold_reads_the_same(style: str):
+    text = "".join(style.format(line) + "\n" for line in VLLM.splitlines() if line.strip())
+    parsed = parse_text(text)
+    assert parsed.rows[0] == rows_of(VLLM)[0] and parsed.warnings == []
+
+
+@pytest.mark.parametrize(
+    "paste",
+    [
+        json.dumps(VLLM.splitlines()),  # a list of the lines, on one line
+        repr(VLLM.splitlines()),  # the same as Python prints it
+        "<p>" + "<br>".join(VLLM.splitlines()) + "</p>",  # an HTML page's lines
+    ],
+    ids=["json-list", "python-list", "html-br"],
+)
+def test_a_block_as_a_list_on_one_line_or_html_lines_reads_the_same(paste: str):
+    parsed = parse_text(paste + "\n")
+    assert parsed.rows[0] == rows_of(VLLM)[0] and parsed.complete and parsed.warnings == []

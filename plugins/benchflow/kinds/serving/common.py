@@ -6,6 +6,7 @@ import math
 import re
 from typing import Any
 
+from benchflow.kinds.serving.labels import PREAMBLE, json_keys
 from benchflow.parsing import to_float
 
 METRICS = ("ttft", "tpot", "itl", "e2e")
@@ -34,6 +35,8 @@ COLUMNS = (
     "goodput",
     "accept_length",  # v6 (include/sql/0006_serving_columns.sql)
 )
+_SETTINGS = ("config", "repeat", "warmup", "input_len", "output_len")
+FIGURES = tuple(c for c in COLUMNS if c not in PREAMBLE and c not in _SETTINGS)  # what a run measured
 INTS = (
     "concurrency",
     "repeat",
@@ -47,42 +50,15 @@ INTS = (
     "peak_concurrent_requests",
 )
 
-_JSON_KEYS = {
-    "max_concurrency": "concurrency",
-    "completed": "completed",
-    "failed": "failed",
-    "duration": "duration_s",
-    "total_input_tokens": "total_input_tokens",
-    "total_input": "total_input_tokens",
-    "total_output_tokens": "total_output_tokens",
-    "total_output": "total_output_tokens",
-    "request_throughput": "request_throughput",
-    "input_throughput": "input_throughput",
-    "output_throughput": "output_throughput",
-    "total_token_throughput": "total_throughput",
-    "total_throughput": "total_throughput",
-    "max_output_tokens_per_s": "peak_output_throughput",
-    "max_concurrent_requests": "peak_concurrent_requests",
-    "num_prompts": "num_prompts",
-    "random_input_len": "input_len",
-    "random_output_len": "output_len",
-    "input_len": "input_len",
-    "output_len": "output_len",
-    "request_rate": "request_rate",
-    "request_goodput": "goodput",
-    "goodput": "goodput",
-    "accept_length": "accept_length",
-    "acceptance_length": "accept_length",
-    "spec_decode_acceptance_length": "accept_length",
-    "repeat": "repeat",
-}
+# {stat}_{metric}_ms keys no version in json_keys.tsv saves (a fork's p90_e2e_latency_ms, min_ttft_ms)
 _JSON_LATENCY_RE = re.compile(
     r"^(?P<stat>mean|median|std|p90|p95|p99|max)_(?P<metric>ttft|tpot|itl|e2el|e2e_latency)_ms$"
 )
 NOT_SET = frozenset({"not set", "n/a", "na", "none", "null", "-", "", "unknown"})
-# 15.0 RPS.  /  0          <<<<<<< New line  /  1.0 (Poisson process)  /  -0.00  /  inf  /  1.2e+03
+# 15.0 RPS.  /  0          <<<<<<< New line  /  1.0 (Poisson process)  /  -0.00  /  inf  /  1.2e+03  /  1.5s
 LEADING_NUMBER_RE = re.compile(
-    r"^(?P<number>[-+]?(?:(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|inf(?:inity)?|nan))(?![\w.])(?P<rest>.*)$",
+    r"^(?P<number>[-+]?(?:(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|inf(?:inity)?|nan))"
+    r"(?P<glued>ms|s|us)?(?![\w.])(?P<rest>.*)$",
     re.IGNORECASE,
 )
 
@@ -107,7 +83,8 @@ def leading_number(text: str) -> tuple[float | None, str]:
     if found is None:
         raise ValueError(value)
     result = to_float(found["number"].replace(",", ""))
-    return (0.0 if result == 0 else result), found["rest"].strip()
+    rest = found["rest"].strip()
+    return (0.0 if result == 0 else result), f"{found['glued']} {rest}".strip() if found["glued"] else rest
 
 
 def empty_row(
@@ -131,6 +108,21 @@ def finish(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def json_column(key: str) -> str | None:
+    """The column a saved record's key fills (json_keys.tsv, then the ``{stat}_{metric}_ms`` shape), or None."""
+    exact, templates = json_keys()
+    if key in exact:
+        return exact[key]
+    for pattern, column in templates:
+        if found := pattern.match(key):
+            named = column.replace("{p}", found["p"][:-2] if found["p"].endswith(".0") else found["p"])
+            return named if named in COLUMNS else None
+    if latency := _JSON_LATENCY_RE.match(key):
+        metric = "e2e" if latency["metric"] in ("e2el", "e2e_latency") else latency["metric"]
+        return f"{latency['stat']}_{metric}_ms"
+    return None
+
+
 def from_json(obj: dict[str, Any], config: str | None) -> dict[str, Any]:
     row = empty_row(config, warmup=obj.get("warmup") is True)  # the sweep driver marks warm-up phases
     for key, value in obj.items():
@@ -141,9 +133,12 @@ def from_json(obj: dict[str, Any], config: str | None) -> dict[str, Any]:
                 continue
         if not isinstance(value, int | float) or isinstance(value, bool):
             continue
-        if key in _JSON_KEYS:
-            row[_JSON_KEYS[key]] = value
-        elif latency := _JSON_LATENCY_RE.match(key):
-            metric = "e2e" if latency["metric"] in ("e2el", "e2e_latency") else latency["metric"]
-            row[f"{latency['stat']}_{metric}_ms"] = value
+        if (column := json_column(key)) is not None:
+            row[column] = value
     return finish(row)
+
+
+def has_figures(row: dict[str, Any]) -> bool:
+    """Whether a row holds any figure of a run (a count, a duration, a throughput, a latency), not only its
+    settings: a record of latency statistics alone is a result, a config dump is not."""
+    return any(row[column] is not None for column in FIGURES)

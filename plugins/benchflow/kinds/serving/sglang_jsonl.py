@@ -11,7 +11,7 @@ NAME = "sglang_jsonl"
 
 def detect(text: str) -> bool:
     sample = records.head(text)
-    return records.results(sample) and '"total_token_throughput"' not in sample
+    return records.results(sample) and not records.vllm_keys(sample)
 
 
 parse = records.parser(NAME, lambda obj: obj.get("tag") or obj.get("config"))

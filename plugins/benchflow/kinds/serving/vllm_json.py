@@ -11,7 +11,7 @@ NAME = "vllm_json"
 
 def detect(text: str) -> bool:
     sample = records.head(text)
-    return records.results(sample) and '"total_token_throughput"' in sample
+    return records.results(sample) and records.vllm_keys(sample)
 
 
 parse = records.parser(NAME, lambda obj: obj.get("label") or obj.get("model_id"))
