@@ -86,7 +86,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
     print(f"{path}: {found.name}/{parsed.format}, {len(parsed.rows)} rows, {state}", file=sys.stderr)
     for warning in parsed.warnings:
         print(f"{path}: warning: {warning}", file=sys.stderr)
-    if not parsed.rows:  # issue #21: a kind or format (named or detected) that reads nothing is an error, said so
+    if not parsed.rows:  # a kind or format (named or detected) that reads nothing is an error, and says why
         why = "; ".join(parsed.problem_lines()[:3]) or "no line of it reads as a result"
         print(f"{path}: no rows as {found.name}/{parsed.format}: {why}", file=sys.stderr)
         return 1

@@ -60,6 +60,13 @@ class ParsedRun:
         """Whether any row or block was lost (a run with this is ``incomplete``; ``bench parse`` exits 1)."""
         return self.any_dropped or any(p.dropped for p in self.problems)
 
+    def problem_lines(self) -> list[str]:
+        """The problems as text, one per line, with the count of those left out: for runs.detail and stderr."""
+        lines = [str(p) for p in self.problems]
+        if self.problems_left_out:
+            lines.append(f"… and {self.problems_left_out} more problems")
+        return lines
+
 
 class Notes:
     """Collects a parser's warnings and problems, capped so logs, XComs and runs.detail stay small."""

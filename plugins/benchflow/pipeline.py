@@ -99,9 +99,9 @@ def parse(
         if not parsed.complete:
             complete = False
             notes.append(f"{name}: ends without {marker!r} after {len(parsed.rows)} rows")
-        # Issue #21: a row that lost values (a problem that dropped data) makes the run incomplete, whatever its
-        # marker says; problems that lost nothing (a block cut off at the end) leave the status to the marker.
-        # Either way the problems lead runs.detail, so the cap on the notes never hides one behind warnings.
+        # A row that lost values (a problem that dropped data) makes the run incomplete, whatever its marker says;
+        # problems that lost nothing (a block cut off at the end) leave the status to the marker. Either way the
+        # problems lead runs.detail, so the cap on the notes never hides one behind warnings.
         if parsed.dropped:
             complete = False
         problems = parsed.problem_lines()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchflow import kinds, pipeline
+from benchflow import artifacts, kinds, pipeline
 from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.unit
@@ -18,7 +18,7 @@ NOISE = "".join(f"Odd counter {i}: {i}\n" for i in range(30))  # 30 warnings abo
 
 def parse_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> pipeline.Parsed:
     monkeypatch.setenv("BENCH_ARTIFACTS_URL", f"file://{tmp_path / 'store'}")
-    store = pipeline.artifact_store("bench_serving_t", "run1")
+    store = artifacts.store("bench_serving_t", "run1")
     (store / "bench.log").write_text(text)
     fetched = pipeline.Fetched(str(store), ["bench.log"], [], ["bench.log"])
     return pipeline.parse(fetched, kinds.get("serving"), None, "ALL_DONE", {}, {})
