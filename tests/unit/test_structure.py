@@ -76,3 +76,20 @@ def test_no_sql_outside_the_warehouse():
         where = path.relative_to(PROJECT_ROOT)
         hits += [f"{where}:{line}: {text[:80]!r}" for line, text in strings(path) if SQL.match(text)]
     assert not hits, "SQL text outside plugins/benchflow/warehouse/:\n" + "\n".join(hits)
+
+
+def test_airflow_loads_only_the_ui_plugin_from_the_plugins_folder():
+    """Airflow imports every .py file of its plugins folder as a top-level module named after the file: the
+    library's ``analysis/bisect.py`` would become ``bisect`` and shadow the standard library's for every later
+    import (GX's markdown renderer among them). ``plugins/.airflowignore`` keeps the package out of that walk."""
+    import sys
+
+    from airflow._shared.plugins_manager.plugins_manager import _load_plugins_from_plugin_directory
+
+    before = set(sys.modules)
+    plugins, errors = _load_plugins_from_plugin_directory(str(PROJECT_ROOT / "plugins"))
+    loaded = set(sys.modules) - before
+    assert [p.name for p in plugins] == ["benchflow_ui"] and not errors
+    stems = {p.stem for p in LIBRARY.rglob("*.py")}
+    assert not (loaded & stems), f"library files imported as top-level modules: {sorted(loaded & stems)}"
+    assert "plugins" not in str(getattr(sys.modules.get("bisect"), "__file__", ""))
