@@ -338,9 +338,11 @@ class Smi:
         columns, pending, why = list(self.fields), b"", "max-s"
         try:
             while not stop.requested and time.monotonic() < deadline:
-                if not selector.select(deadline - time.monotonic()):
+                left = deadline - time.monotonic()
+                ready = {key.fd for key, _ in selector.select(None if math.isinf(left) else max(0.0, left))}
+                if out not in ready:
                     continue
-                chunk = os.read(out, 65536) if not stop.requested else b""
+                chunk = os.read(out, 65536)
                 if not chunk:  # a teardown that TERMs the whole process group ends nvidia-smi too
                     code = child.wait()
                     why = "signal" if stop.requested or code == -signal.SIGTERM else f"nvidia-smi exited ({code})"
@@ -378,14 +380,14 @@ class Smi:
 
 
 def open_source() -> tuple[Nvml | Smi | None, str]:
-    """The first source that works, or None with why neither did."""
+    """The first source that works, with why the ones before it did not (all of them: None)."""
     reasons = []
     try:
         return Nvml.open(), ""
     except Exception as exc:  # ImportError, NVMLError_LibraryNotFound, ...: try the next source
         reasons.append(f"NVML: {type(exc).__name__}: {exc}")
     try:
-        return Smi.open(), ""
+        return Smi.open(), reasons[0]
     except Exception as exc:
         reasons.append(f"nvidia-smi: {type(exc).__name__}: {exc}")
     return None, "; ".join(reasons)
@@ -426,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"telemetry: no GPU telemetry on this host ({reason})", flush=True)
         return 0
     info.update({"source": source.name, **source.info(), "truncated": False})
+    if reason:
+        info["not_used"] = reason  # why NVML was not the source
     write_json(args.out / "telemetry.json", info)
     print(f"telemetry: {source.name}, {len(info['gpus'])} GPU(s), every {args.period_ms} ms → {args.out}", flush=True)
     writer = Writer(args.out, args.max_bytes)
@@ -434,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         why = source.run(writer, args.period_ms / 1000, stop, deadline, on_first)
     finally:
         source.close()
-    info.update({"stopped": time.time(), "stop_reason": why, "rows": writer.rows})
+    info.update({"stopped": time.time(), "stop_reason": why, "rows": writer.rows, "fields": source.info()["fields"]})
     info.update({"truncated": writer.truncated_at is not None, "truncated_at": writer.truncated_at})
     if isinstance(source, Smi) and source.skipped:
         info.update({"skipped_lines": source.skipped, "last_skipped": source.last_error})
