@@ -417,7 +417,7 @@ def phase_log(path: Path | None) -> Any:
     try:
         from phaselog import PhaseLog
     except ImportError:
-        print("phases: not recorded (no telemetry/phaselog.py beside the payload)", flush=True)
+        print("Phases: not recorded (no telemetry/phaselog.py beside the payload)", flush=True)
         return None
     return PhaseLog(path)
 
@@ -432,10 +432,10 @@ def run_sweep(
     sweep: Sweep, m_list: list[int], out: TextIO | None, marker: str | None, phases: Path | None = None
 ) -> list[dict[str, Any]]:
     """Print the header and one row per M; each M is a phase of ``phases`` (default: beside ``out``)."""
+    log = phase_log(phases or phases_beside(out))  # before the header: a note from it is a header line
     for line in sweep.header():
         print(line, flush=True)
     print(COLUMNS, flush=True)
-    log = phase_log(phases or phases_beside(out))
     rows = []
     for m in m_list:
         what = {"kind": "kernel", "m": m, "dtype": sweep.args.dtype, "impl": sweep.impl, "device": sweep.device}

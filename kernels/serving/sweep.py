@@ -257,7 +257,7 @@ def phase_log(out: Path) -> Any:
     try:
         from phaselog import PhaseLog
     except ImportError:
-        print("phases: not recorded (no telemetry/phaselog.py beside the payload)", flush=True)
+        print("Phases: not recorded (no telemetry/phaselog.py beside the payload)", flush=True)
         return None
     return PhaseLog(out.parent / "phases.jsonl", own_root=out.parent)
 
