@@ -305,21 +305,9 @@ class Sweep:
         sync()
         return {"energy_start": start, "energy_end": time.time(), "energy_calls": calls}
 
-    def row(self, m: int) -> dict[str, Any]:
-        e, h, i, k = (self.shape[key] for key in ("experts", "hidden", "inter", "topk"))
-        x, weights, ids = make_tokens(m, e, h, k, self.dtype, self.device, seed=self.args.seed + m)
-        config, source = get_config(m, e, h, i, k, self.w1.dtype, self.device_name)
-        w1, w2, s1, s2 = self.w1, self.w2, self.s1, self.s2
-        if self.impl == "triton":
-
-            def call() -> torch.Tensor:
-                return fused_moe_triton(x, w1, w2, weights, ids, config=config, w1_scale=s1, w2_scale=s2)
-        else:
-
-            def call() -> torch.Tensor:
-                return fused_moe_torch(x, w1, w2, weights, ids, w1_scale=s1, w2_scale=s2)
-
-        experts = int(torch.unique(ids).numel())
+    def time_call(self, call: Callable[[], Any]) -> tuple[float, float, float, float, float, str]:
+        """Median, p10 and p90 ms of the timed calls, the eager median, the profiler's kernel time and what was
+        timed; keeps the timed window (and the energy loop's, with --energy-s) in ``last_window``."""
         timed_as, eager_ms, kernel_ms = "eager", math.nan, math.nan
         if self.device == "cuda":
             eager_ms = time_cuda(call, self.args.warmup, self.args.iters)  # also compiles
@@ -337,6 +325,24 @@ class Sweep:
         self.last_window = dict(LAST_WINDOW)
         if self.args.energy_s > 0:
             self.last_window.update(self.energy_loop(timed_fn, ms))
+        return ms, p10, p90, eager_ms, kernel_ms, timed_as
+
+    def row(self, m: int) -> dict[str, Any]:
+        e, h, i, k = (self.shape[key] for key in ("experts", "hidden", "inter", "topk"))
+        x, weights, ids = make_tokens(m, e, h, k, self.dtype, self.device, seed=self.args.seed + m)
+        config, source = get_config(m, e, h, i, k, self.w1.dtype, self.device_name)
+        w1, w2, s1, s2 = self.w1, self.w2, self.s1, self.s2
+        if self.impl == "triton":
+
+            def call() -> torch.Tensor:
+                return fused_moe_triton(x, w1, w2, weights, ids, config=config, w1_scale=s1, w2_scale=s2)
+        else:
+
+            def call() -> torch.Tensor:
+                return fused_moe_torch(x, w1, w2, weights, ids, w1_scale=s1, w2_scale=s2)
+
+        experts = int(torch.unique(ids).numel())
+        ms, p10, p90, eager_ms, kernel_ms, timed_as = self.time_call(call)
         roof = roofline_row(m, ms, experts, h, i, k, self.args.dtype, self.peak_gbps, self.peak_tflops, self.copy_gbps)
         notes = [] if m * k >= e else ["sparse"]  # fewer pairs than experts: most experts idle
         if self.impl == "triton":

@@ -183,6 +183,8 @@ class Nvml:
         return None if value is None else int(value)
 
     def read(self, index: int) -> dict[str, Any]:
+        """One GPU now; a value NVML refuses is None (an empty cell), and the energy counter is not asked again
+        once NotSupported."""
         nv, h = self.nvml, self.handles[index]
         row: dict[str, Any] = {"t": time.time(), "index": index, "uuid": self.uuids[index]}
         power = self.call(nv.nvmlDeviceGetPowerUsage, h)
@@ -202,6 +204,7 @@ class Nvml:
         return row
 
     def info(self) -> dict[str, Any]:
+        """Driver, GPUs and the NVML functions in use, for telemetry.json."""
         nv = self.nvml
         gpus = [
             {"index": i, "name": self.call(nv.nvmlDeviceGetName, h), "uuid": self.uuids[i]}
@@ -272,6 +275,8 @@ def smi_time(text: str) -> float:
 
 
 def smi_row(line: str, columns: list[str]) -> dict[str, Any] | None:
+    """One CSV line of the loop, cells by position (the header echoes canonical names, not the asked ones);
+    None for a line that is not a row (an error message nvidia-smi printed instead)."""
     cells = [c.strip() for c in line.split(",")]
     if len(cells) != len(columns):
         return None
@@ -301,6 +306,7 @@ class Smi:
 
     @classmethod
     def open(cls) -> Smi:
+        """Pick the fields this driver lists and read the GPUs' names, once."""
         exe = shutil.which("nvidia-smi")
         if exe is None:
             raise RuntimeError("nvidia-smi is not on PATH")
@@ -394,6 +400,7 @@ def open_source() -> tuple[Nvml | Smi | None, str]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The options, bounded: a period under 10 ms or a limit under 1 KiB is refused."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="directory for samples.csv and telemetry.json")
     parser.add_argument("--period-ms", type=int, default=200)
@@ -407,6 +414,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Sample until stopped; telemetry.json is written at the start and rewritten at the end."""
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     stop = Stop()

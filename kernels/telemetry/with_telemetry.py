@@ -100,6 +100,7 @@ def summary(out: Path, phases_text: str, rows_text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Sampler, command, summary; the exit status is the command's."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=Path, required=True, help="the sampler's output directory")
     parser.add_argument("--period-ms", type=int, default=200)

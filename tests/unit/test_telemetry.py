@@ -457,3 +457,27 @@ def test_sampler_command_quotes_every_word_and_refuses_bad_values():
         host.sampler_command("py", "s.py", "/r\nreboot")
     assert "test -e /r/ready && exit 0" in host.wait_ready_command("/r/ready", 2)
     assert "$(seq 10)" in host.wait_ready_command("/r", 1)
+
+
+def test_the_column_maps_are_what_the_functions_return():
+    from benchflow.telemetry import columns
+
+    cfg = {**CFG, "gpus": [CFG["gpus"][0]]}
+    samples = truth_samples(cfg, 0, 1000.0, 1010.0, 0.2)
+    kernel = files.Phase(
+        "kernel",
+        1001.0,
+        1002.0,
+        {"m": 1, "dtype": "bf16", "timed_start": 1001.1, "timed_end": 1001.2, "timed_calls": 3},
+    )
+    serving = files.Phase("serving", 1001.0, 1009.0, {"config": "c", "concurrency": 2, "repeat": 1})
+    reqs = [
+        {**r, "config": "c", "concurrency": 2, "repeat": 1}
+        for r in requests([1002.0 + k for k in range(6)], 0.1, 0.9, 8)
+    ]
+    (k,) = summary.kernel_rows([{"m": 1, "dtype": "bf16", "p10_ms": 1.0, "p90_ms": 1.1}], [kernel], samples)
+    (s,) = summary.serving_rows([{"config": "c", "concurrency": 2, "repeat": 1}], reqs, [serving], samples)
+    assert list(k) == list(columns.KERNEL) and list(s) == list(columns.SERVING)
+    assert list(summary.phase_gpu_rows(samples, [kernel])[0]) == list(columns.PHASE_GPUS)
+    assert list(columns.SAMPLES) == list(files.SAMPLE_COLUMNS)
+    assert set(columns.REQUESTS) <= set(json.loads(json.dumps(reqs[0])))

@@ -78,6 +78,7 @@ def _phase_throttle(
     servers: Mapping[int, str],
     limits: Limits,
 ) -> tuple[list[GpuPhase], str | None]:
+    """The phase's own GPUs' statistics, and which of them throttled."""
     chosen = {g: samples[g] for g in gpus if g in samples}
     stats = phase_gpus(chosen, phase.start, phase.end, servers, limits.benign_reasons)
     return stats, throttling(stats)
