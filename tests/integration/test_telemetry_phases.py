@@ -295,14 +295,16 @@ def figures(rows: list[dict], phases: list[files.Phase]) -> list[dict]:
 
 
 def test_a_kernel_sweep_beside_a_cpu_hog_is_not_ok_and_the_same_sweep_on_a_quiet_machine_is(tmp_path):
-    """The hog (as many busy processes as CPUs) shares the benchmark's scheduler group: the benchmark waits for
-    a CPU and its timed calls spread. "Quiet": the same group without the hog. Memory bandwidth is shared with
-    the machine's other tenants all the same, so the quiet sweep gets up to three tries, each once the host's
-    CPUs are not saturated by others (bounded waits)."""
-    hogged = figures(*isolated_sweep(tmp_path / "hog", hogs=os.cpu_count() or 2))
+    """The hog (twice as many busy processes as CPUs) shares the benchmark's scheduler group: the benchmark waits for
+    a CPU and its timed calls spread. "Quiet": the same group without the hog, so no process of this machine
+    takes the benchmark's CPU (it is never judged contended). What the group cannot shield it from is the other
+    tenants' use of the shared caches and memory (this VM's neighbours too): a quiet sweep that still spread is
+    noisy, rightly, and the quiet sweep gets up to five tries, each once this machine's CPUs are not saturated
+    (a bounded wait); one must be ok."""
+    hogged = figures(*isolated_sweep(tmp_path / "hog", hogs=2 * (os.cpu_count() or 2)))
     quiet_tries = []
-    for attempt in range(3):
-        deadline = time.monotonic() + 60
+    for attempt in range(5):
+        deadline = time.monotonic() + 30
         while host_busy_pct() > 60 and time.monotonic() < deadline:
             pass
         quiet_tries.append(figures(*isolated_sweep(tmp_path / f"quiet{attempt}", hogs=0)))
@@ -311,8 +313,11 @@ def test_a_kernel_sweep_beside_a_cpu_hog_is_not_ok_and_the_same_sweep_on_a_quiet
     report = json.dumps({"hog": hogged, "quiet": quiet_tries}, indent=1)
     (tmp_path / "figures.json").write_text(report)
     print(report)
+    limit = validity.Limits().max_wait_share
     assert all(r["validity"] in ("noisy", "contended") for r in hogged), report
     assert any(r["validity"] == "contended" for r in hogged), report
+    assert statistics.fmean(r["host_wait_share"] for r in hogged) > limit, report
+    assert all(r["validity"] in ("ok", "noisy") and r["host_wait_share"] < limit for t in quiet_tries for r in t), (
+        report
+    )
     assert all(r["validity"] == "ok" for r in quiet_tries[-1]), report
-    wait = statistics.fmean(r["host_wait_share"] for r in hogged)
-    assert wait > validity.Limits().max_wait_share > max(r["host_wait_share"] for r in quiet_tries[-1])

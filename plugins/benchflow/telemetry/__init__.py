@@ -11,5 +11,7 @@ per-request times in ``requests.jsonl``). Standard library only, no Airflow: the
 * ``window``: the steady-state window of a serving phase, tokens in it, joules per output token;
 * ``hostload``: the host's load over a phase from its two boundary snapshots;
 * ``validity``: the rules (``Limits``) and the verdicts ok / noisy / throttled / contended;
-* ``summary``: the rows a warehouse would store, and a text summary.
+* ``summary``: what they add up to: per-phase, per-GPU rows and the columns each result row gains;
+* ``columns``: those columns as data (types, units), for the warehouse tables;
+* ``host``: the shell commands that start the sampler on a host and wait for its first samples.
 """
