@@ -442,6 +442,15 @@ def test_request_times_from_vllm_start_times_and_derived_for_sglang():
     assert min(r["start_s"] for r in rows) == pytest.approx(510.0 - sglang["duration"])
 
 
+def test_request_times_of_the_local_load_generator_put_the_first_completion_at_its_line():
+    rows = [{"ok": True, "ttft_ms": 10.0, "e2e_ms": e} for e in (100.0, 300.0, 200.0, 50.0)]
+    rows.append({"ok": False, "ttft_ms": None, "e2e_ms": None})
+    assert sweep.add_times(rows, 2, {}, {"first_end": 1000.1, "exited": 1001.0}) == "fifo+first_end"
+    assert [r["start_s"] for r in rows] == pytest.approx([1000.0, 1000.0, 1000.1, 1000.3, 1000.3])
+    assert min(r["end_s"] for r in rows if r["ok"]) == pytest.approx(1000.1)
+    assert rows[-1]["first_token_s"] is None and rows[-1]["end_s"] is None
+
+
 def test_sampler_command_quotes_every_word_and_refuses_bad_values():
     command = host.sampler_command("/opt/py env/python", "/run/x/telemetry/sampler.py", "/run/x/tel; rm -rf /", 200)
     assert command == (
