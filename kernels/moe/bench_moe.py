@@ -11,6 +11,11 @@ then the done marker. The note (free text, possibly empty) is always last. With 
 Triton kernel at the production shape; on a CPU the torch path at a small shape. Every shape
 argument can be given explicitly; peaks come from roofline.GPUS by device name unless overridden.
 
+Each M is a phase: ``phases.jsonl`` beside --out gets one line per M (its start and end, the timed calls'
+window and count, the host's load at both ends; kernels/telemetry/phaselog.py), so GPU telemetry can be cut
+per M and energy per call computed over the timed calls (or, with ``--energy-s``, over a loop of the same
+call run after the timing, only for its energy).
+
 Weights are made once, on the device, in the benchmark's dtype (FP8: quantised once from bf16, one
 expert at a time); only the tokens and the routing are made per M.
 """
@@ -20,11 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -42,6 +49,8 @@ from fused_moe import (
     quantize_fp8,
 )
 from roofline import BYTES, find_gpu, roofline_row
+
+HERE = Path(__file__).resolve().parent
 
 PRODUCTION = {"experts": 384, "hidden": 7168, "inter": 2048, "topk": 8}
 CPU_SMALL = {"experts": 8, "hidden": 256, "inter": 128, "topk": 2}
@@ -80,6 +89,7 @@ def spread(samples: list[float]) -> tuple[float, float]:
 
 
 LAST_SAMPLES: list[float] = []  # the timed calls behind the last median, for spread()
+LAST_WINDOW: dict[str, float] = {}  # when those calls ran (epoch s) and how many, for the phase record
 
 
 def time_cpu(fn: Callable[[], Any], warmup: int, iters: int) -> float:
@@ -87,10 +97,12 @@ def time_cpu(fn: Callable[[], Any], warmup: int, iters: int) -> float:
     for _ in range(warmup):
         fn()
     samples = []
+    LAST_WINDOW["timed_start"] = time.time()
     for _ in range(max(iters, 1)):
         start = time.perf_counter()
         fn()
         samples.append((time.perf_counter() - start) * 1e3)
+    LAST_WINDOW.update(timed_end=time.time(), timed_calls=len(samples), warmup_calls=warmup)
     LAST_SAMPLES[:] = samples
     return statistics.median(samples)
 
@@ -103,11 +115,13 @@ def time_cuda(fn: Callable[[], Any], warmup: int, iters: int) -> float:
         fn()
     torch.cuda.synchronize()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    LAST_WINDOW["timed_start"] = time.time()
     for start, end in events:
         start.record()
         fn()
         end.record()
     torch.cuda.synchronize()
+    LAST_WINDOW.update(timed_end=time.time(), timed_calls=len(events), warmup_calls=warmup)
     LAST_SAMPLES[:] = [start.elapsed_time(end) for start, end in events]
     return statistics.median(LAST_SAMPLES)
 
@@ -195,6 +209,13 @@ def build_parser(doc: str | None = __doc__) -> argparse.ArgumentParser:
     parser.add_argument("--copy-gbps", type=float, help="measured copy bandwidth, GB/s (skips the measurement)")
     parser.add_argument("--no-graph", action="store_true", help="time eager calls, not a CUDA graph replay")
     parser.add_argument("--no-profile", action="store_true", help="skip the profiler's kernel time")
+    parser.add_argument(
+        "--energy-s",
+        type=float,
+        default=float(os.environ.get("BENCH_ENERGY_S") or 0),
+        help="after timing, run the timed call back to back for about this many seconds, for its energy per call "
+        "(default $BENCH_ENERGY_S or 0: energy over the timed calls only)",
+    )
     return parser
 
 
@@ -233,6 +254,7 @@ class Sweep:
         if args.peak_gbps or args.peak_tflops:
             self.peak_source += "; overridden by flags"
         self.compute = compute
+        self.last_window: dict[str, float] = {}  # the timed calls of the last row (and its energy loop)
 
     def header(self) -> list[str]:
         e, h, i, k = (self.shape[key] for key in ("experts", "hidden", "inter", "topk"))
@@ -270,6 +292,41 @@ class Sweep:
         found = "tuned table found" if load_config_table(name) else "no tuned table: heuristic_config"
         return f"configs/{name} ({found})"
 
+    def energy_loop(self, fn: Callable[[], Any], ms: float) -> dict[str, float]:
+        """The timed call back to back for about --energy-s seconds, so that its energy per call comes from a
+        window many telemetry samples long; the count is fixed up front from the median, the window ends at
+        the last call's completion."""
+        calls = max(1, math.ceil(self.args.energy_s * 1e3 / max(ms, 1e-3)))
+        sync: Callable[[], Any] = torch.cuda.synchronize if self.device == "cuda" else (lambda: None)
+        sync()
+        start = time.time()
+        for _ in range(calls):
+            fn()
+        sync()
+        return {"energy_start": start, "energy_end": time.time(), "energy_calls": calls}
+
+    def time_call(self, call: Callable[[], Any]) -> tuple[float, float, float, float, float, str]:
+        """Median, p10 and p90 ms of the timed calls, the eager median, the profiler's kernel time and what was
+        timed; keeps the timed window (and the energy loop's, with --energy-s) in ``last_window``."""
+        timed_as, eager_ms, kernel_ms = "eager", math.nan, math.nan
+        if self.device == "cuda":
+            eager_ms = time_cuda(call, self.args.warmup, self.args.iters)  # also compiles
+            # the torch path synchronises (torch.unique, torch.where): only the Triton call is captured
+            replay = None if self.args.no_graph or self.impl != "triton" else capture_graph(call)
+            ms = eager_ms if replay is None else time_cuda(replay, self.args.warmup, self.args.iters)
+            p10, p90 = spread(LAST_SAMPLES)
+            timed_as, timed_fn = ("eager", call) if replay is None else ("cuda_graph", replay)
+            if not self.args.no_profile:
+                kernel_ms = kernel_time_ms(call, max(3, min(self.args.iters, 10)))
+        else:
+            ms = time_cpu(call, self.args.warmup, self.args.iters)
+            p10, p90 = spread(LAST_SAMPLES)
+            eager_ms, timed_fn = ms, call
+        self.last_window = dict(LAST_WINDOW)
+        if self.args.energy_s > 0:
+            self.last_window.update(self.energy_loop(timed_fn, ms))
+        return ms, p10, p90, eager_ms, kernel_ms, timed_as
+
     def row(self, m: int) -> dict[str, Any]:
         e, h, i, k = (self.shape[key] for key in ("experts", "hidden", "inter", "topk"))
         x, weights, ids = make_tokens(m, e, h, k, self.dtype, self.device, seed=self.args.seed + m)
@@ -285,20 +342,7 @@ class Sweep:
                 return fused_moe_torch(x, w1, w2, weights, ids, w1_scale=s1, w2_scale=s2)
 
         experts = int(torch.unique(ids).numel())
-        timed_as, eager_ms, kernel_ms = "eager", math.nan, math.nan
-        if self.device == "cuda":
-            eager_ms = time_cuda(call, self.args.warmup, self.args.iters)  # also compiles
-            # the torch path synchronises (torch.unique, torch.where): only the Triton call is captured
-            replay = None if self.args.no_graph or self.impl != "triton" else capture_graph(call)
-            ms = eager_ms if replay is None else time_cuda(replay, self.args.warmup, self.args.iters)
-            p10, p90 = spread(LAST_SAMPLES)
-            timed_as = "eager" if replay is None else "cuda_graph"
-            if not self.args.no_profile:
-                kernel_ms = kernel_time_ms(call, max(3, min(self.args.iters, 10)))
-        else:
-            ms = time_cpu(call, self.args.warmup, self.args.iters)
-            p10, p90 = spread(LAST_SAMPLES)
-            eager_ms = ms
+        ms, p10, p90, eager_ms, kernel_ms, timed_as = self.time_call(call)
         roof = roofline_row(m, ms, experts, h, i, k, self.args.dtype, self.peak_gbps, self.peak_tflops, self.copy_gbps)
         notes = [] if m * k >= e else ["sparse"]  # fewer pairs than experts: most experts idle
         if self.impl == "triton":
@@ -368,13 +412,42 @@ def json_row(row: dict[str, Any]) -> str:
     return json.dumps({k: clean(v) for k, v in row.items()})
 
 
-def run_sweep(sweep: Sweep, m_list: list[int], out: TextIO | None, marker: str | None) -> list[dict[str, Any]]:
+def phase_log(path: Path | None) -> Any:
+    """A ``phaselog.PhaseLog`` writing ``path``, from kernels/telemetry (the repository) or telemetry/ in the
+    payload; None (said once) when that module is not deployed or there is no file to write beside."""
+    if path is None:
+        return None
+    for candidate in (HERE / "telemetry", HERE.parent / "telemetry"):
+        if (candidate / "phaselog.py").is_file() and str(candidate) not in sys.path:
+            sys.path.insert(0, str(candidate))
+    try:
+        from phaselog import PhaseLog
+    except ImportError:
+        print("Phases: not recorded (no telemetry/phaselog.py beside the payload)", flush=True)
+        return None
+    return PhaseLog(path)
+
+
+def phases_beside(out: TextIO | None) -> Path | None:
+    """``phases.jsonl`` in the directory of the --out file (None for a stream such as stdout)."""
+    name = getattr(out, "name", None)
+    return Path(name).with_name("phases.jsonl") if isinstance(name, str) and not name.startswith("<") else None
+
+
+def run_sweep(
+    sweep: Sweep, m_list: list[int], out: TextIO | None, marker: str | None, phases: Path | None = None
+) -> list[dict[str, Any]]:
+    """Print the header and one row per M; each M is a phase of ``phases`` (default: beside ``out``)."""
+    log = phase_log(phases or phases_beside(out))  # before the header: a note from it is a header line
     for line in sweep.header():
         print(line, flush=True)
     print(COLUMNS, flush=True)
     rows = []
     for m in m_list:
-        row = sweep.row(m)
+        what = {"kind": "kernel", "m": m, "dtype": sweep.args.dtype, "impl": sweep.impl, "device": sweep.device}
+        with log.phase(**what) if log is not None else nullcontext({}) as record:
+            row = sweep.row(m)
+            record.update(sweep.last_window)
         rows.append(row)
         print(format_row(row), flush=True)
         if out is not None:

@@ -31,16 +31,38 @@ phase pattern must learn ``request_rate=``; its rows and request rows carry ``re
 ``concurrency``). After each probe the driver prints the probe's verdict; at the end, the search's summary,
 and it appends one record to ``search.jsonl`` beside --out (the bracket, the stopping reason, goodput at
 the answer, and every probe with its bounds per SLO), then the done marker.
+
+Phases carry their time: ``phases.jsonl`` beside --out gets one line per phase (config, concurrency, repeat,
+warm-up, num_prompts, start and end in epoch seconds, whether the client succeeded, the host's load at both
+ends; kernels/telemetry/phaselog.py, its "own" processes those whose working directory is in --out's
+directory: the sweep, its client and the servers of a campaign run). Each request row gets ``start_s``,
+``first_token_s`` and ``end_s`` (epoch s; end = the last token, TTFT + the inter-token gaps), and the phase line
+says how they were found (``timing``):
+
+* ``client``: vLLM's ``--save-detailed`` ``start_times`` (``time.perf_counter()`` of the client, which is
+  CLOCK_MONOTONIC on Linux, shared by every process), converted with this process's wall - monotonic offset;
+* ``fifo+start_line``: SGLang saves no start times. Requests are sent in order through ``--max-concurrency``
+  slots, each taking the first slot that frees (asyncio.Semaphore is first come, first served; so is the
+  local load generator's thread pool), so the start of each follows from the others' durations; the first
+  starts 1.0 s after the client prints "Starting main benchmark run" (it sleeps 1.0 s there, SGLang 0.5.23),
+  a line this driver timestamps as it arrives (the client runs unbuffered);
+* ``fifo+first_end``: the same, placed so that the first completion falls when the local load generator
+  printed "request 1/N";
+* ``fifo+exit``: the same, the first start put at the client's exit minus its benchmark duration (late by the
+  client's time after the benchmark: its report).
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
+import os
 import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +84,10 @@ DETAIL_KEYS = (
     "cached_tokens_details",
 )
 DEFAULT_BACKEND = {"sglang": "sglang", "vllm": "vllm"}
+SGLANG_START_LINE = "Starting main benchmark run"  # then asyncio.sleep(1.0), then the first request
+SGLANG_START_DELAY_S = 1.0
+LOADGEN_FIRST_END = "request 1/"
+PERF_IS_MONOTONIC = "CLOCK_MONOTONIC" in time.get_clock_info("perf_counter").implementation
 
 
 def int_list(text: str) -> list[int]:
@@ -96,6 +122,7 @@ class PhaseData:
 
     requests: list[dict[str, Any]] = field(default_factory=list)
     duration_s: float = 0.0
+    timing: str = ""  # how the requests' times were found (see the module docstring)
 
 
 def client_command(args: argparse.Namespace, phase: Phase, result: Path) -> list[str]:
@@ -191,38 +218,117 @@ def read_results(result: Path) -> list[dict]:
     return whole if isinstance(whole, list) else [whole]
 
 
-def run_phase(args: argparse.Namespace, phases_dir: Path, phase: Phase) -> PhaseData | None:
-    """One phase: its header, the client's output, its --out rows and request rows; None when the client
-    failed or wrote no result."""
-    print(f"===== {args.label} {phase.load()} (n={phase.prompts}){phase.tag()} =====", flush=True)
-    result = phases_dir / f"{phase.stem()}.json"
-    result.unlink(missing_ok=True)
-    result.with_suffix(".requests.jsonl").unlink(missing_ok=True)
+def fifo_starts(durations: list[float], concurrency: int) -> list[float]:
+    """Start offsets of requests sent in order through ``concurrency`` slots, each taking the first slot to
+    free (its holder's start + duration); the first ``concurrency`` start at 0."""
+    free = [0.0] * max(1, min(concurrency, len(durations)))
+    starts = []
+    for duration in durations:
+        start = heapq.heappop(free)
+        starts.append(start)
+        heapq.heappush(free, start + max(0.0, duration))
+    return starts
+
+
+def add_times(rows: list[dict], concurrency: int, summary: dict, anchors: dict[str, float]) -> str:
+    """Give each request row ``start_s``, ``first_token_s`` and ``end_s`` (epoch s; the latter two None for a
+    failed request); returns how they were found (see the module docstring)."""
+    ttft = [(row.get("ttft_ms") or 0.0) / 1e3 for row in rows]
+    e2e = [(row.get("e2e_ms") or 0.0) / 1e3 for row in rows]
+    client = summary.get("start_times")
+    if PERF_IS_MONOTONIC and isinstance(client, list) and len(client) == len(rows):
+        offset = time.time() - time.monotonic()
+        starts, how = [float(t) + offset for t in client], "client"
+    else:
+        rel = fifo_starts(e2e, concurrency)
+        if "bench_start" in anchors:
+            base, how = anchors["bench_start"], "fifo+start_line"
+        elif "first_end" in anchors and rows:
+            base, how = anchors["first_end"] - min(r + d for r, d in zip(rel, e2e, strict=True)), "fifo+first_end"
+        else:
+            duration = summary.get("duration") or max((r + d for r, d in zip(rel, e2e, strict=True)), default=0.0)
+            base, how = anchors["exited"] - float(duration), "fifo+exit"
+        starts = [base + r for r in rel]
+    for row, start, first, last in zip(rows, starts, ttft, e2e, strict=True):
+        row["start_s"] = start
+        row["first_token_s"] = start + first if row.get("ok") else None
+        row["end_s"] = start + last if row.get("ok") else None
+    return how
+
+
+def phase_log(out: Path) -> Any:
+    """A ``phaselog.PhaseLog`` writing ``phases.jsonl`` beside ``out`` (its own processes: those working in
+    that directory), from kernels/telemetry or telemetry/ in the payload; None (said once) without it."""
+    for candidate in (HERE / "telemetry", HERE.parent / "telemetry"):
+        if (candidate / "phaselog.py").is_file() and str(candidate) not in sys.path:
+            sys.path.insert(0, str(candidate))
+    try:
+        from phaselog import PhaseLog
+    except ImportError:
+        print("Phases: not recorded (no telemetry/phaselog.py beside the payload)", flush=True)
+        return None
+    return PhaseLog(out.parent / "phases.jsonl", own_root=out.parent)
+
+
+def run_client(args: argparse.Namespace, phase: Phase, result: Path) -> tuple[int, dict[str, float]]:
+    """Run the client, echoing and keeping its output; its exit code and the times of the lines that place
+    its requests in time."""
+    anchors: dict[str, float] = {}
     with result.with_suffix(".log").open("w") as raw:
         proc = subprocess.Popen(
-            client_command(args, phase, result), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            client_command(args, phase, result),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         assert proc.stdout is not None
         line = "\n"
         for line in proc.stdout:
+            now = time.time()
+            if SGLANG_START_LINE in line and "bench_start" not in anchors:
+                anchors["bench_start"] = now + SGLANG_START_DELAY_S
+            if line.startswith(LOADGEN_FIRST_END) and "first_end" not in anchors:
+                anchors["first_end"] = now
             raw.write(line)
             print(line, end="", flush=True)
         code = proc.wait()
+    anchors["exited"] = time.time()
     if not line.endswith("\n"):  # e.g. nanobind's leak report at a vLLM client's exit has no newline
         print(flush=True)
-    if code != 0 or not result.exists():
+    return code, anchors
+
+
+def run_phase(args: argparse.Namespace, phases_dir: Path, phase: Phase) -> PhaseData | None:
+    """One phase: its header, the client's output, its --out rows and request rows (with their times), and its
+    line in ``phases.jsonl``; None when the client failed or wrote no result."""
+    print(f"===== {args.label} {phase.load()} (n={phase.prompts}){phase.tag()} =====", flush=True)
+    result = phases_dir / f"{phase.stem()}.json"
+    result.unlink(missing_ok=True)
+    result.with_suffix(".requests.jsonl").unlink(missing_ok=True)
+    rate = {} if phase.rate is None else {"request_rate": phase.rate}
+    what = {"kind": "serving", "config": args.label, "concurrency": phase.concurrency, **rate, "repeat": phase.repeat}
+    log = getattr(args, "phase_log", None)
+    data: PhaseData | None = None
+    with log.phase(**what, warmup=phase.repeat == 0, num_prompts=phase.prompts) if log else nullcontext({}) as record:
+        code, anchors = run_client(args, phase, result)
+        record.update(end=anchors["exited"], ok=code == 0 and result.exists())  # the phase ends with the client
+        if record["ok"]:
+            data = keep_results(args, phase, result, anchors)
+            record["timing"] = data.timing
+    if data is None:
         print(f"phase {phase.load()}{phase.tag()} failed (client exit {code}); going on", flush=True)
-        return None
-    return keep_results(args, phase, result)
+    return data
 
 
-def keep_results(args: argparse.Namespace, phase: Phase, result: Path) -> PhaseData:
-    """Append the phase's summaries to --out and its request rows to ``requests.jsonl``."""
+def keep_results(args: argparse.Namespace, phase: Phase, result: Path, anchors: dict[str, float]) -> PhaseData:
+    """Append the phase's summaries to --out and its request rows, with their times, to ``requests.jsonl``."""
     rate = {} if phase.rate is None else {"request_rate": phase.rate}
     where = {"config": args.label, "concurrency": phase.concurrency, **rate, "repeat": phase.repeat}
     data = PhaseData()
+    summaries = read_results(result)
     with args.out.open("a") as out:
-        for summary in read_results(result):
+        for summary in summaries:
             rows = request_rows(summary, args.label, phase.concurrency)
             data.requests += [{**row, **rate, "repeat": phase.repeat} for row in rows]
             data.duration_s += float(summary.get("duration") or 0.0)
@@ -233,6 +339,12 @@ def keep_results(args: argparse.Namespace, phase: Phase, result: Path) -> PhaseD
     if raw_requests.exists():  # the local load generator's own per-request file
         lines = raw_requests.read_text().splitlines()
         data.requests = [{**json.loads(line), **where} for line in lines if line.strip()]
+    last = summaries[-1] if summaries else {}
+    if phase.concurrency is None and not isinstance(last.get("start_times"), list):
+        # A request-rate probe sends on a random (Poisson) schedule: no slot order places its requests in time.
+        data.timing = "none: a request-rate probe, and the client saved no start times"
+    else:
+        data.timing = add_times(data.requests, phase.concurrency or len(data.requests), last, anchors)
     if data.requests:
         with (args.out.parent / "requests.jsonl").open("a") as out:
             out.writelines(json.dumps(row) + "\n" for row in data.requests)
@@ -342,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         args.model = served_model(args.base_url)
     phases_dir = args.out.parent / f"phases_{args.label}"
     phases_dir.mkdir(parents=True, exist_ok=True)
+    args.phase_log = phase_log(args.out)
     if args.search is None:
         failed = fixed_sweep(args, phases_dir)
     else:

@@ -1,0 +1,111 @@
+"""The columns the telemetry adds, as data (name → type, with units), for the warehouse tables and the result
+kinds' columns: what the functions of ``summary`` return, key for key (a test holds them to it). Types are the
+result kinds' (``int``, ``float``, ``text``, ``bool``); times are epoch seconds (float)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+ColumnType = Literal["int", "float", "text", "bool"]
+
+# telemetry_samples: samples.csv as it is, one row per GPU per sampling period (after dag_id, run_id)
+SAMPLES: dict[str, ColumnType] = {
+    "t": "float",  # epoch s
+    "index": "int",
+    "uuid": "text",
+    "power_w": "float",  # W
+    "energy_j": "float",  # J, the NVML counter (cumulative); null from nvidia-smi
+    "sm_mhz": "float",  # MHz
+    "mem_mhz": "float",  # MHz
+    "temp_c": "float",  # °C
+    "util_gpu_pct": "float",  # %
+    "util_mem_pct": "float",  # %
+    "mem_used_mib": "float",  # MiB
+    "clock_reasons": "int",  # bitmask
+}
+
+# telemetry_phase_gpus: summary.phase_gpu_rows, one row per phase and GPU (after dag_id, run_id)
+PHASE_GPUS: dict[str, ColumnType] = {
+    "kind": "text",  # kernel | serving
+    "config": "text",  # serving key
+    "concurrency": "int",
+    "repeat": "int",
+    "warmup": "bool",
+    "dtype": "text",  # kernel key
+    "m": "int",
+    "start": "float",  # epoch s
+    "end": "float",
+    "gpu_index": "int",
+    "uuid": "text",
+    "server": "text",  # the server of the phase's config holding the GPU; null: none
+    "samples": "int",  # samples inside the phase
+    "mean_power_w": "float",  # W
+    "max_power_w": "float",  # W
+    "energy_j": "float",  # J over the phase
+    "energy_method": "text",  # counter | power_integral | none
+    "coverage": "float",  # 0..1, share of the phase inside the samples' span
+    "mean_sm_mhz": "float",  # MHz
+    "mean_util_gpu_pct": "float",  # %
+    "peak_mem_used_mib": "float",  # MiB
+    "peak_temp_c": "float",  # °C
+    "reasons": "text",  # every clock-event reason seen, comma-separated names
+    "throttle_reasons": "text",  # those that throttle
+    "throttled": "bool",
+}
+
+# the columns every result row gains (kernel and serving)
+HOST_LOAD: dict[str, ColumnType] = {
+    "host_steal_pct": "float",  # % of CPU time over the phase
+    "host_busy_pct": "float",  # %
+    "host_others_busy_pct": "float",  # % (busy - the benchmark's own)
+    "host_wait_share": "float",  # 0..1, the benchmark's run-queue wait / (run + wait)
+    "host_load1": "float",
+    "host_online_cpus": "int",
+    "host_runnable_max": "int",  # runnable tasks at a phase boundary, the reader excluded
+}
+VALIDITY: dict[str, ColumnType] = {
+    "throttle_reasons": "text",  # throttling reasons seen on the phase's GPUs
+    "validity": "text",  # ok | noisy | throttled | contended
+    "validity_reason": "text",  # every finding, the winning one first; "" when ok
+    "validity_unjudged": "text",  # rules that had nothing to judge
+}
+
+# serving_results gains (summary.serving_rows)
+SERVING: dict[str, ColumnType] = {
+    "steady_start": "float",  # epoch s
+    "steady_end": "float",
+    "steady_s": "float",  # s
+    "steady_why": "text",
+    "energy_gpus": "text",  # the GPUs counted, e.g. "0,1,2,3"
+    "steady_tokens": "int",  # output tokens produced in the steady state
+    "steady_energy_j": "float",  # J
+    "energy_method": "text",
+    "j_per_token": "float",  # J per output token over the steady state
+    "phase_energy_j": "float",  # J, first request sent → last answered
+    "phase_tokens": "int",
+    "j_per_token_phase": "float",  # J per output token over the whole phase
+    **HOST_LOAD,
+    **VALIDITY,
+}
+
+# kernel_results gains (summary.kernel_rows)
+KERNEL: dict[str, ColumnType] = {
+    "spread_ratio": "float",  # p90 / p10 of the timed calls
+    "energy_window": "text",  # energy_loop | timed
+    "energy_s": "float",  # s
+    "energy_calls": "int",
+    "energy_samples": "int",  # samples inside the window (min over the GPUs)
+    "energy_j": "float",  # J
+    "energy_method": "text",
+    "energy_coverage": "float",  # 0..1
+    "j_per_call": "float",  # J per call
+    **HOST_LOAD,
+    **VALIDITY,
+}
+
+# serving_requests gains (sweep.py's requests.jsonl)
+REQUESTS: dict[str, ColumnType] = {
+    "start_s": "float",  # epoch s, request sent
+    "first_token_s": "float",  # epoch s, first token (null: failed)
+    "end_s": "float",  # epoch s, last token (null: failed)
+}

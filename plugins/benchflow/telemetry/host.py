@@ -1,0 +1,43 @@
+"""Shell commands for the sampler on a host (pure builders, as in benchflow.remote): what a launch step runs
+(detached, through ``remote.jobs.launch_command`` like any job) and how it waits for the first samples. Every
+value is validated and shell-quoted."""
+
+from __future__ import annotations
+
+import shlex
+
+MIN_PERIOD_MS, MAX_PERIOD_MS = 10, 60_000
+DEFAULT_MAX_BYTES = 256 * 2**20
+
+
+def _path(value: str, what: str) -> str:
+    if not value or "\n" in value or "\0" in value:
+        raise ValueError(f"{what} must be a non-empty path on one line, got {value!r}")
+    return shlex.quote(value)
+
+
+def sampler_command(
+    python: str,
+    script: str,
+    out_dir: str,
+    period_ms: int = 200,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    marker_file: str | None = None,
+) -> str:
+    """``python sampler.py --out DIR --period-ms N --max-bytes N [--marker-file F]``, every word quoted."""
+    if isinstance(period_ms, bool) or not isinstance(period_ms, int) or not MIN_PERIOD_MS <= period_ms <= MAX_PERIOD_MS:
+        raise ValueError(f"period_ms must be an integer in {MIN_PERIOD_MS}..{MAX_PERIOD_MS}, got {period_ms!r}")
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1024:
+        raise ValueError(f"max_bytes must be an integer >= 1024, got {max_bytes!r}")
+    words = [_path(python, "python"), _path(script, "script"), "--out", _path(out_dir, "out_dir")]
+    words += ["--period-ms", str(period_ms), "--max-bytes", str(max_bytes)]
+    if marker_file is not None:
+        words += ["--marker-file", _path(marker_file, "marker_file")]
+    return " ".join(words)
+
+
+def wait_ready_command(marker_file: str, timeout_s: float = 30.0) -> str:
+    """Wait until the sampler wrote its marker (first samples on disk, or no GPU); exit 1 past the timeout."""
+    steps = max(1, int(float(timeout_s) / 0.1))
+    marker = _path(marker_file, "marker_file")
+    return f"for _ in $(seq {steps}); do test -e {marker} && exit 0; sleep 0.1; done\nexit 1\n"
