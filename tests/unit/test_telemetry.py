@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import statistics
+import sys
 from itertools import pairwise
 from pathlib import Path
 
@@ -23,6 +24,7 @@ def load_script(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # a script's dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -102,9 +104,9 @@ def test_phases_read_in_order_and_matched_to_rows_by_key_even_when_repeated():
     phases = files.read_phases(text)
     assert [p.start for p in phases] == [1.0, 3.0, 5.0, 7.0]
     rows = [{"m": 1, "dtype": "bf16"}, {"m": 1, "dtype": "fp8"}, {"m": 1, "dtype": "bf16"}, {"m": 9, "dtype": "bf16"}]
-    matched = files.match_rows("kernel", rows, phases)
+    matched = files.match_rows(summary.KERNEL_PHASE, rows, phases)
     assert [p.start if p else None for p in matched] == [1.0, 3.0, 7.0, None]
-    serving = files.match_rows("serving", [{"config": "pd", "concurrency": 4, "repeat": 2}], phases)
+    serving = files.match_rows(summary.SERVING_PHASE, [{"config": "pd", "concurrency": 4, "repeat": 2}], phases)
     assert serving[0] is not None and serving[0].start == 5.0
 
 

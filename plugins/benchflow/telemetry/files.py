@@ -50,18 +50,15 @@ class Sample:
 class Phase:
     """One phase of a benchmark: a kernel sweep's M, or a serving sweep's concurrency × repeat."""
 
-    kind: str  # "kernel" or "serving"
+    kind: str  # which benchmark wrote it (the host scripts say which)
     start: float  # epoch seconds
     end: float
     record: Mapping[str, Any]  # the whole phases.jsonl line
 
-    @property
-    def key(self) -> tuple[Any, ...]:
-        """What joins the phase to its result row: (dtype, m) or (config, concurrency, repeat)."""
-        r = self.record
-        if self.kind == "kernel":
-            return (r.get("dtype"), r.get("m"))
-        return (r.get("config"), r.get("concurrency"), r.get("repeat"))
+    def key(self, columns: Sequence[str]) -> tuple[Any, ...]:
+        """What joins the phase to its result row: its values of ``columns`` (a kernel sweep's (dtype, m), a
+        serving sweep's (config, concurrency, repeat))."""
+        return tuple(self.record.get(c) for c in columns)
 
 
 def _number(text: str | None) -> float | None:
@@ -127,22 +124,16 @@ def by_gpu(samples: Iterable[Sample]) -> dict[int, list[Sample]]:
     return out
 
 
-def row_key(kind: str, row: Mapping[str, Any]) -> tuple[Any, ...]:
-    """A result row's phase key: kernel rows by (dtype, m), serving rows by (config, concurrency, repeat)."""
-    if kind == "kernel":
-        return (row.get("dtype"), row.get("m"))
-    return (row.get("config"), row.get("concurrency"), row.get("repeat"))
-
-
-def match_rows(kind: str, rows: Sequence[Mapping[str, Any]], phases: Sequence[Phase]) -> list[Phase | None]:
-    """The phase of each result row (None when it has none); a key seen several times (a file appended to by
-    several runs, gpu_check's sweeps) pairs the n-th row with the n-th phase of that key."""
+def match_rows(
+    columns: Sequence[str], rows: Sequence[Mapping[str, Any]], phases: Sequence[Phase]
+) -> list[Phase | None]:
+    """The phase of each result row (None when it has none), joined on ``columns``; a key seen several times (a
+    file appended to by several runs, gpu_check's sweeps) pairs the n-th row with the n-th phase of that key."""
     queues: dict[tuple[Any, ...], list[Phase]] = {}
     for phase in phases:
-        if phase.kind == kind:
-            queues.setdefault(phase.key, []).append(phase)
+        queues.setdefault(phase.key(columns), []).append(phase)
     out: list[Phase | None] = []
     for row in rows:
-        queue = queues.get(row_key(kind, row), [])
+        queue = queues.get(tuple(row.get(c) for c in columns), [])
         out.append(queue.pop(0) if queue else None)
     return out

@@ -22,6 +22,9 @@ from benchflow.telemetry.hostload import HostLoad, host_load
 from benchflow.telemetry.validity import Limits, Verdict, contention, kernel_noise, serving_noise, throttling, verdict
 from benchflow.telemetry.window import phase_span, steady_window, tokens_between
 
+KERNEL_PHASE = ("dtype", "m")  # what joins a kernel sweep's rows to their phases
+SERVING_PHASE = ("config", "concurrency", "repeat")  # and a serving sweep's
+
 
 def parse_gpus(text: str | None) -> list[int]:
     """A server's ``gpus`` (the spec's CUDA_VISIBLE_DEVICES form): ``"0-3"`` → [0, 1, 2, 3], ``"4,6"`` → [4, 6]."""
@@ -122,7 +125,7 @@ def kernel_rows(
     per_gpu = by_gpu(samples)
     used = list(gpus) if gpus is not None else sorted(per_gpu)
     out = []
-    for row, phase in zip(rows, match_rows("kernel", rows, phases), strict=True):
+    for row, phase in zip(rows, match_rows(KERNEL_PHASE, rows, phases), strict=True):
         p10, p90 = row.get("p10_ms"), row.get("p90_ms")
         spread = p90 / p10 if isinstance(p10, int | float) and isinstance(p90, int | float) and p10 > 0 else None
         load = host_load(phase.record) if phase else None
@@ -179,7 +182,7 @@ def serving_rows(
         )
     noise = serving_noise(rows, limits)
     out = []
-    for row, phase, noisy in zip(rows, match_rows("serving", rows, phases), noise, strict=True):
+    for row, phase, noisy in zip(rows, match_rows(SERVING_PHASE, rows, phases), noise, strict=True):
         servers = (gpu_servers_by_config or {}).get(row.get("config") or "") or {}
         used = sorted(servers) or sorted(per_gpu)
         reqs = by_key.get((row.get("config"), row.get("concurrency"), row.get("repeat", 1)), [])
