@@ -383,7 +383,8 @@ def search_sweep(args: argparse.Namespace, phases_dir: Path, plan: loadsearch.Pl
         return loadsearch.ProbeData(data.requests, data.duration_s, seconds, started_at=started_at)
 
     def report(step: loadsearch.Step) -> None:
-        print(f"search probe {plan.over} {step.load:g} repeat {step.repeat}: {step.text()}", flush=True)
+        # No "label: value" shape: the log parser reads those near a result block as figures of the block.
+        print(f"search probe {plan.over} {step.load:g} repeat {step.repeat} -> {step.text()}", flush=True)
 
     result = loadsearch.run_search(plan.search(), probe, plan.slo, plan.confidence, report)
     record = finite({"config": args.label, **plan.to_dict(), **result.to_dict()})
@@ -408,10 +409,10 @@ def search_summary(label: str, plan: loadsearch.Plan, result: loadsearch.SearchR
     slo = ", ".join(f"{key} ≤ {limit:g}" for key, limit in plan.slo.items())
     lines = [
         f"search {label} over {plan.over} in [{plan.low:g}, {plan.high:g}], SLO {slo} at "
-        f"{plan.confidence * 100:g} % confidence, {plan.prompts_per_probe} prompts per probe:"
+        f"{plan.confidence * 100:g} % confidence, {plan.prompts_per_probe} prompts per probe"
     ]
-    lines += [f"  {plan.over} {s.load:g} repeat {s.repeat}: {s.text()}" for s in result.trail]
-    lines.append(f"search {label}: {result.text()}")
+    lines += [f"  {plan.over} {s.load:g} repeat {s.repeat} -> {s.text()}" for s in result.trail]
+    lines.append(f"search {label} -> {result.text()}")
     return "\n".join(lines)
 
 

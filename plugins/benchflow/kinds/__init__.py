@@ -67,6 +67,7 @@ class SideTable:
     columns: tuple[Column, ...]
     file: str  # in the run's artifacts, JSON lines
     defaults: Mapping[str, Any] = field(default_factory=dict)  # for rows that do not say
+    prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None  # a record as the table's row (flatten it)
 
 
 def _no_params(options: Any, args: Mapping[str, Any]) -> dict[str, Any]:

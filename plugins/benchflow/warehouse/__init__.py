@@ -312,7 +312,8 @@ class Warehouse:
 def _side_frame(side: SideTable, rows: list[dict[str, Any]]) -> pd.DataFrame:
     from benchflow.kinds import typed_frame
 
-    return typed_frame([{**side.defaults, **row} for row in rows], side.columns)
+    prepared = [side.prepare(row) for row in rows] if side.prepare else rows
+    return typed_frame([{**side.defaults, **row} for row in prepared], side.columns)
 
 
 def _now() -> datetime:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from benchflow.kinds import BenchmarkOptions, Column, ColumnType, ResultKind, SideTable, Trend
 from benchflow.kinds.serving import log, sglang_jsonl, vllm_json
 from benchflow.kinds.serving.common import COLUMNS, INTS, METRICS
+from benchflow.kinds.serving.search import SearchSpec
 from benchflow.params import SERVER, SWEEP
 
 if TYPE_CHECKING:
@@ -34,7 +36,7 @@ def derive(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def expectations(swept: list[int] | None = None) -> list[Any]:
+def expectations(swept: list[int] | None = None, load_range: tuple[float, float] | None = None) -> list[Any]:
     import great_expectations as gx
 
     e = gx.expectations
@@ -56,11 +58,18 @@ def expectations(swept: list[int] | None = None) -> list[Any]:
     ]
     if swept:
         checks.append(e.ExpectColumnValuesToBeInSet(column="concurrency", value_set=[float(c) for c in swept]))
+    if load_range:
+        low, high = load_range
+        checks.append(e.ExpectColumnValuesToBeBetween(column="concurrency", min_value=low, max_value=high))
     return checks
 
 
 def suite_params(options: Any, args: Mapping[str, Any]) -> dict[str, Any]:
-    """The concurrency levels this run swept (a manual run may sweep others than the spec)."""
+    """The concurrency levels this run swept (a manual run may sweep others than the spec); a load search
+    probes the levels it chooses, within its range."""
+    if getattr(options, "search", None) is not None:
+        low, high = options.search.range
+        return {"load_range": (low, high)}
     return {"swept": list(args["concurrency"])} if "concurrency" in args else {}
 
 
@@ -131,20 +140,35 @@ def _column(name: str) -> Column:
 
 
 class ServingOptions(BenchmarkOptions):
-    """The serving kind's fields of a spec's benchmark section."""
+    """The serving kind's fields of a spec's benchmark section: repeats and warm-up of a fixed sweep, or a load
+    search (``search``) in place of the fixed levels."""
 
     repeats: int = Field(default=3, ge=1, le=20, description="runs of each phase, back to back (95 % intervals)")
     warmup: bool = Field(default=False, description="one warm-up phase first, kept but marked")
+    search: SearchSpec | None = Field(default=None, description="the most load within an SLO, searched on the host")
+
+    @field_validator("search")
+    @classmethod
+    def _by_concurrency(cls, value: SearchSpec | None) -> SearchSpec | None:
+        """A result row is keyed by its concurrency (config, concurrency, repeat): a search over request_rate
+        (probes without a concurrency limit) has no row key yet, so it is refused here rather than on the host."""
+        if value is not None and value.over != "concurrency":
+            raise ValueError("a search over request_rate is not supported yet: result rows are keyed by concurrency")
+        return value
 
 
 def config_args(options: Any, config: Any) -> dict[str, Any]:
-    """The sweep driver's contract: the config's label, where its endpoint listens, repeats and warm-up."""
-    return {
+    """The sweep driver's contract: the config's label, where its endpoint listens, repeats and warm-up, and the
+    load search when the spec has one (the driver then probes its loads instead of the fixed levels)."""
+    args = {
         "label": config.name,
         "base_url": f"http://127.0.0.1:{config.endpoint.port}",
         "repeats": options.repeats,
         "warmup": options.warmup,
     }
+    if options.search is not None:
+        args["search"] = options.search.argument()
+    return args
 
 
 _LEVELS = {"type": "array", "minItems": 1, "maxItems": 64}
@@ -185,6 +209,46 @@ REQUESTS = SideTable(
     defaults={"repeat": 1, "error": ""},
 )
 
+
+def search_row(record: dict[str, Any]) -> dict[str, Any]:
+    """A ``search.jsonl`` record (the sweep driver's, one per config) as a ``serving_search`` row: the section's
+    settings and the answer flat, the SLO and the probes' trail as JSON text."""
+    low, high = (record.get("range") or [None, None])[:2]
+    budget = record.get("budget") or {}
+    flat = {k: v for k, v in record.items() if k not in ("range", "budget", "slo", "trail")}
+    return {**flat, "range_low": low, "range_high": high, "budget_probes": budget.get("probes"),
+            "budget_seconds": budget.get("seconds"), "slo": json.dumps(record.get("slo") or {}, sort_keys=True),
+            "trail": json.dumps(record.get("trail") or [])}  # fmt: skip
+
+
+SEARCH = SideTable(
+    table="serving_search",
+    columns=(
+        Column("config", "text"),
+        Column("over", "text"),
+        Column("range_low", "float", "requests"),
+        Column("range_high", "float", "requests"),
+        Column("slo", "text"),
+        Column("confidence", "float"),
+        Column("precision", "float"),
+        Column("prompts_per_probe", "int", "prompts"),
+        Column("repeats", "int"),
+        Column("budget_probes", "int"),
+        Column("budget_seconds", "float", "s"),
+        Column("reason", "text"),
+        Column("pass_load", "float", "requests", "highest load that passed"),
+        Column("fail_load", "float", "requests", "lowest load that failed"),
+        Column("fail_verdict", "text"),
+        Column("probes", "int"),
+        Column("loads", "int"),
+        Column("seconds", "float", "s"),
+        Column("goodput_rps", "float", "req/s", "goodput at the answer"),
+        Column("trail", "text"),
+    ),
+    file="search.jsonl",
+    prepare=search_row,
+)
+
 KIND = ResultKind(
     name="serving",
     description="serving sweep: one row per config and concurrency, every figure of the client's result",
@@ -221,6 +285,6 @@ KIND = ResultKind(
     wide_view="serving_wide",
     defaults={"repeat": 1, "warmup": False},
     row_defaults=("input_len", "output_len", "num_prompts"),  # the run's arguments, where the output has none
-    side_tables=(REQUESTS,),
+    side_tables=(REQUESTS, SEARCH),
     plots=plots,
 )

@@ -1,0 +1,104 @@
+"""A serving campaign's load search end to end over loopback SSH: the tiny server with a known capacity (a batch
+limit of 6 sequences per 40 ms step, so TPOT is 40 ms up to concurrency 6 and 80 ms from 7; the SLO's 60 ms
+is far from both, whatever else the machine runs), the real SGLang client driven by the sweep driver on the
+host, the search's answer and every probe in the warehouse, and no parse note from the search's own lines."""
+
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+
+import pytest
+
+from benchflow.kinds.serving.search import loadsearch
+from benchflow.spec import SpecError, load_spec
+from benchflow.warehouse import Warehouse
+from tests.e2e.conftest import campaign_dags, run_dag
+
+pytestmark = pytest.mark.e2e
+
+SLO = {"p90_tpot_ms": 60, "max_failed_fraction": 0.05}
+SEARCH = {
+    "over": "concurrency",
+    "range": [2, 16],
+    "slo": SLO,
+    "precision": 0.1,
+    "prompts_per_probe": 60,
+    "repeats": 2,
+    "budget": {"probes": 14, "seconds": 900},
+}
+CAPACITY = 6  # the server decodes at most 6 sequences per step: the highest concurrency within 60 ms TPOT
+SPEC = textwrap.dedent(
+    f"""\
+    description: load search over loopback SSH, the tiny server with a known capacity
+    kind: serving
+    host: gpu_loopback
+    payload: serving
+    requires: [moe]
+    schedule: null
+    configs:
+      - name: single
+        servers:
+          - name: engine
+            command: "{{python}} server.py --layers 1 --hidden 32 --max-batch {CAPACITY} --step-ms 40 --port {{port}}"
+            port: 30120
+    benchmark:
+      script: sweep.py
+      search: {json.dumps(SEARCH)}
+      args: {{client: sglang, concurrency: [1], prompts: [60], input_len: 16, output_len: 8}}
+    timeouts: {{server_ready: 120, benchmark: 1200, poke_interval: 2}}
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def bag(tmp_path_factory, airflow_db, sshd):
+    with campaign_dags(tmp_path_factory.mktemp("search"), {"search_ssh": SPEC}) as dags:
+        yield dags
+
+
+def test_the_search_finds_the_servers_capacity_within_its_precision_and_budget(bag):
+    run_id, state, tasks = run_dag(bag, "search_ssh")
+    assert state == "success", tasks
+    warehouse = Warehouse.from_airflow()
+    (found,) = warehouse.query("SELECT * FROM serving_search WHERE run_id = ?", [run_id]).to_dict("records")
+    assert (found["config"], found["over"], found["reason"]) == ("single", "concurrency", "converged")
+    assert found["pass_load"] == CAPACITY and found["fail_load"] == CAPACITY + 1, found
+    (detail,) = warehouse.query("SELECT detail FROM runs WHERE run_id = ?", [run_id])["detail"]
+    assert "search" not in detail, detail  # the driver's verdict lines are not read as figures
+    # within the bound a binary search implies: growth to the first failure, then halving the bracket
+    bound = loadsearch.load_bound(2, 16, 0.1, True)
+    assert found["loads"] <= bound and found["probes"] <= 2 * bound
+    assert json.loads(found["slo"]) == SLO and found["goodput_rps"] > 0
+    trail = json.loads(found["trail"])
+    assert len(trail) == found["probes"]
+    probes = warehouse.query(
+        "SELECT concurrency, repeat, num_prompts, completed, p99_tpot_ms FROM serving_results WHERE run_id = ? "
+        "ORDER BY concurrency, repeat",
+        [run_id],
+    )
+    assert sorted(zip(probes["concurrency"], probes["repeat"], strict=True)) == sorted(
+        (int(step["load"]), step["repeat"]) for step in trail
+    )  # every probe is a phase row, as a fixed sweep's phases are
+    assert set(probes["num_prompts"]) == {60}
+    at_answer = [step for step in trail if step["load"] == CAPACITY]
+    assert at_answer and all(step["verdict"] == "pass" for step in at_answer[-1:])
+    assert not any(math.isnan(v) for v in probes["p99_tpot_ms"])
+
+
+def test_a_probe_too_small_for_its_percentile_is_refused_with_file_line_and_field(tmp_path):
+    spec = tmp_path / "search_small.yaml"
+    spec.write_text(SPEC.replace('"prompts_per_probe": 60', '"prompts_per_probe": 20'))
+    with pytest.raises(SpecError) as caught:
+        load_spec(spec)
+    (line,) = caught.value.lines()
+    assert line.startswith(f"{spec}:15: benchmark.search.prompts_per_probe: ") and "P90" in line, line
+
+
+def test_a_search_over_request_rate_is_refused_before_anything_runs(tmp_path):
+    spec = tmp_path / "search_rate.yaml"
+    rate = {**SEARCH, "over": "request_rate", "range": [1.0, 64.0]}
+    spec.write_text(SPEC.replace(json.dumps(SEARCH), json.dumps(rate)))
+    with pytest.raises(SpecError, match=r"benchmark.search: Value error, a search over request_rate is not supported"):
+        load_spec(spec)
