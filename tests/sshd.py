@@ -26,7 +26,8 @@ def free_port() -> int:
 
 
 class LoopbackSSHD:
-    def __init__(self, root: Path, port: int | None = None):
+    def __init__(self, root: Path, port: int | None = None, env: dict[str, str] | None = None):
+        self.env = dict(env or {})  # set in every session (sshd's SetEnv): a host's PATH, say
         self.root = Path(root)
         self.port = port or free_port()
         self.workdir = self.root / "remote-workdir"
@@ -52,7 +53,7 @@ class LoopbackSSHD:
             f"AuthorizedKeysFile {self.root}/authorized_keys\nPasswordAuthentication no\n"
             "KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nPermitRootLogin prohibit-password\n"
             "UsePAM no\nStrictModes no\nLogLevel VERBOSE\nMaxStartups 200\nMaxSessions 200\n"
-            "Subsystem sftp internal-sftp\n"
+            "Subsystem sftp internal-sftp\n" + "".join(f'SetEnv {name}="{value}"\n' for name, value in self.env.items())
         )
 
     @property

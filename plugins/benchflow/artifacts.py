@@ -83,6 +83,15 @@ def write_rows(folder: str, rows: list[dict[str, Any]]) -> None:
     (at(folder) / ROWS_NAME).write_text(json.dumps(rows, allow_nan=False))
 
 
+def write_jsonl(folder: str, name: str, rows: list[dict[str, Any]]) -> None:
+    """One JSON object per line (NaN and infinities as null: strict JSON), for a side table to load."""
+    from benchflow.parsing import strict_row
+
+    with (at(folder) / name).open("w") as out:
+        for row in rows:
+            out.write(json.dumps(strict_row(row)[0], allow_nan=False) + "\n")
+
+
 def read_rows(folder: str) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = json.loads((at(folder) / ROWS_NAME).read_text())
     return rows

@@ -37,22 +37,26 @@ from benchflow.operators import (
     FetchArtifactsOperator,
     GpusFreeSensor,
     LaunchBenchmarkOperator,
+    LaunchSamplerOperator,
     LaunchServersOperator,
     PreflightOperator,
     ReleaseHostOperator,
     RestoreServicesOperator,
     ServersReadySensor,
     StopBenchmarkOperator,
+    StopSamplerOperator,
     StopServersOperator,
     StopServicesOperator,
 )
 from benchflow.params import param_schemas
 from benchflow.pipeline import RESULTS_ASSET
+from benchflow.telemetry.run import FILES as TELEMETRY_FILES
 
 if TYPE_CHECKING:
     from benchflow.spec import CampaignSpec, ServingConfig, SpecError
 
 START_DATE = datetime(2026, 1, 1)
+TELEMETRY_PAYLOAD = "telemetry"  # kernels/telemetry: the sampler and the phase log, inside every payload
 
 
 def _seconds(value: float) -> timedelta:
@@ -160,16 +164,21 @@ def _host_stages(spec: CampaignSpec, on_host: dict[str, Any]) -> tuple[BaseOpera
         task_id="deploy_payload",
         payload=spec.payload,
         requires=spec.requires,
+        bundled=[TELEMETRY_PAYLOAD],
         execution_timeout=_seconds(timeouts.deploy),
         **on_host,
     )
     restore = RestoreServicesOperator(
         task_id="restore_services", services=spec.services, execution_timeout=_seconds(timeouts.services), **on_host
     )
-    jobs, last = _benchmark_stages(spec, preflight, deploy, on_host)
+    sampling = _telemetry(spec, preflight, deploy, on_host)
+    jobs, last = _benchmark_stages(spec, preflight, sampling[0] if sampling else deploy, on_host)
+    if sampling:
+        last >> sampling[1]
+        last = sampling[1]
     fetch = FetchArtifactsOperator(
         task_id="fetch_artifacts",
-        files=[spec.benchmark.output, *(s.file for s in spec.result_kind.side_tables)],
+        files=[spec.benchmark.output, *(s.file for s in spec.result_kind.side_tables), *TELEMETRY_FILES],
         jobs=jobs,
         trigger_rule=TriggerRule.ALL_DONE,
         execution_timeout=_seconds(timeouts.fetch),
@@ -182,6 +191,27 @@ def _host_stages(spec: CampaignSpec, on_host: dict[str, Any]) -> tuple[BaseOpera
     [restore, fetch] >> release
     release.as_teardown(setups=acquire, on_failure_fail_dagrun=True)
     return preflight, deploy, fetch
+
+
+def _telemetry(
+    spec: CampaignSpec, preflight: BaseOperator, deploy: BaseOperator, on_host: dict[str, Any]
+) -> tuple[BaseOperator, BaseOperator] | None:
+    """start_telemetry after the deploy (the sampler runs beside the servers and the benchmark), and its
+    teardown stop_telemetry after them; None when the spec turns telemetry off."""
+    if not spec.telemetry.enabled:
+        return None
+    up = LaunchSamplerOperator(
+        task_id="start_telemetry",
+        facts=preflight.output,
+        period_ms=spec.telemetry.period_ms,
+        max_bytes=spec.telemetry.max_bytes,
+        execution_timeout=_seconds(spec.timeouts.launch),
+        **on_host,
+    )
+    down = StopSamplerOperator(task_id="stop_telemetry", execution_timeout=_seconds(spec.timeouts.launch), **on_host)
+    deploy >> up
+    down.as_teardown(setups=up)
+    return up, down
 
 
 def _benchmark_stages(

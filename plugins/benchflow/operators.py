@@ -19,7 +19,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from benchflow import cleanup, params
 from benchflow.hosts import Host, HostError, get_host
 from benchflow.manifest import MANIFEST_NAME
-from benchflow.paths import kernels_dir
+from benchflow.paths import KERNELS_DIR, kernels_dir
 from benchflow.remote import gpus, jobs, layout, lease, preflight
 
 if TYPE_CHECKING:
@@ -184,16 +184,22 @@ class GpusFreeSensor(HostOperator, BaseSensorOperator):
 class DeployPayloadOperator(HostOperator):
     """Copy ``kernels/<payload>`` into ``<run dir>/payload`` with a sha256 manifest; unchanged files stay.
 
-    Payloads it ``requires`` go inside it, as ``payload/<name>/`` (the serving target uses ``moe``).
+    Payloads it ``requires`` go inside it, as ``payload/<name>/`` (the serving target uses ``moe``), and so does the
+    project's own host code it ``bundled`` (``kernels/telemetry``: the GPU sampler and the phase log).
     """
 
-    def __init__(self, *, payload: str, requires: list[str] | None = None, **kwargs: Any):
+    def __init__(
+        self, *, payload: str, requires: list[str] | None = None, bundled: list[str] | None = None, **kwargs: Any
+    ):
         super().__init__(**kwargs)
         self.payload = payload
         self.requires = requires or []
+        self.bundled = bundled or []  # the project's own host code (kernels/telemetry), whatever the payloads' folder
 
     def execute(self, context: Context) -> dict[str, Any]:
         target = f"{self.rundir(context)}/payload"
+        for name in self.bundled:
+            self.host.put_tree(KERNELS_DIR / name, f"{target}/{name}")
         for name in self.requires:
             self.host.put_tree(kernels_dir() / name, f"{target}/{name}")
         report = self.host.put_tree(kernels_dir() / self.payload, target)
@@ -472,3 +478,49 @@ class ReleaseHostOperator(TeardownOperator):
     def undo(self, dag_id: str, run_id: str) -> str:
         owner = layout.lease_owner(dag_id, run_id)
         return f"host {self.host_id} lease of {owner}: {cleanup.release_host(self.host, owner)}"
+
+
+TELEMETRY_JOB = "telemetry"
+
+
+class LaunchSamplerOperator(HostOperator):
+    """Start the GPU sampler detached beside the benchmark (``payload/telemetry/sampler.py``: NVML, else
+    ``nvidia-smi -lms``), writing into the run directory's ``telemetry/`` job folder, and wait for its first
+    samples; a host without GPUs (preflight's facts) runs none and says so once. Its teardown stops it."""
+
+    template_fields = ("facts",)
+
+    def __init__(self, *, facts: Any, period_ms: int, max_bytes: int, **kwargs: Any):
+        super().__init__(job=TELEMETRY_JOB, **kwargs)
+        self.facts, self.period_ms, self.max_bytes = facts, period_ms, max_bytes
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from benchflow.telemetry import host as sampler
+
+        paths, rundir = self.job(context), self.rundir(context)
+        if str(dict(self.facts or {}).get("gpu_count", "0")) == "0":
+            self.log.info("host %s has no GPUs (preflight): no telemetry sampler", self.host_id)
+            note = sampler.none_command(paths.job_dir, "no GPU on the host (preflight found no nvidia-smi)")
+            self.host.check(note, timeout=60, what="note that the host has no GPUs")
+            return {"sampler": "none"}
+        if self.status(paths).alive:
+            return {"sampler": "attached", "pid": self.status(paths).pid}
+        ready = f"{paths.job_dir}/ready"
+        script = f"{rundir}/payload/telemetry/sampler.py"
+        out = paths.job_dir
+        command = sampler.sampler_command(self.host.python, script, out, self.period_ms, self.max_bytes, ready)
+        launch = jobs.launch_command(paths, f"exec {command}", cwd=rundir, env={"PYTHONUNBUFFERED": "1"})
+        pid = jobs.parse_pid(self.host.check(launch, timeout=60, what="launch the telemetry sampler").stdout)
+        if self.host.run(sampler.wait_ready_command(ready, 30), 60).rc != 0:
+            self.log.warning("the sampler wrote no samples within 30 s; last lines:\n%s", self.log_tail(paths))
+        return {"sampler": "running", "pid": pid}
+
+
+class StopSamplerOperator(TeardownOperator):
+    """Teardown: stop the GPU sampler (it writes its last samples and exits on TERM)."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(job=TELEMETRY_JOB, **kwargs)
+
+    def undo(self, dag_id: str, run_id: str) -> str:
+        return cleanup.stop_job(self.host, self.job_of(dag_id, run_id), exit_grace_s=0)

@@ -75,12 +75,35 @@ def cap_notes(notes: list[str], limit: int = NOTES_CAP, chars: int = DETAIL_CAP)
     return text if len(text) <= chars else text[: chars - 30] + f" … ({len(text) - chars + 30} chars cut)"
 
 
+@dataclass
+class RunContext:
+    """What the telemetry of a run needs from its spec: each config's servers and their GPUs, the validity limits
+    and the run's resolved benchmark arguments."""
+
+    configs: dict[str, dict[str, str | None]] = field(default_factory=dict)  # config → server → its ``gpus``
+    limits: Any = None
+    run_args: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, spec: CampaignSpec, run_args: dict[str, Any]) -> RunContext:
+        configs = {c.name: {s.name: s.gpus for s in c.servers} for c in spec.configs}
+        return cls(configs, spec.validity.limits(), run_args)
+
+
 def parse(
-    fetched: Fetched, kind: ResultKind, fmt: str | None, marker: str, options: dict[str, Any], defaults: dict[str, Any]
+    fetched: Fetched,
+    kind: ResultKind,
+    fmt: str | None,
+    marker: str,
+    options: dict[str, Any],
+    defaults: dict[str, Any],
+    context: RunContext | None = None,
 ) -> Parsed:
     """Parse the fetched logs into the run's rows file; a missing or cut-off log keeps the rows it has.
 
-    ``defaults`` fill columns a format does not report (a serving log's input/output lengths).
+    ``defaults`` fill columns a format does not report (a serving log's input/output lengths). With a
+    ``context``, each row gains its phase's telemetry (energy, host load, validity) and the run's samples and
+    per-phase, per-GPU figures are written for their tables (:func:`add_telemetry`).
     """
     folder = artifacts.at(fetched.store)
     rows: list[dict[str, Any]] = []
@@ -106,6 +129,8 @@ def parse(
             complete = False
         problems = parsed.problem_lines()
         notes += [f"{name}: {p}" for p in problems] + [f"{name}: {w}" for w in parsed.warnings if w not in problems]
+    if context is not None and kind.telemetry is not None and rows:
+        rows = add_telemetry(fetched, kind, rows, context, notes)
     strict = [strict_row(row) for row in rows]
     rows = [row for row, _ in strict]
     if non_finite := sum(len(flagged) for _, flagged in strict):
@@ -115,6 +140,36 @@ def parse(
     if not rows:
         notes.insert(0, "no rows")
     return Parsed(fetched.store, status, len(rows), cap_notes(notes), meta)
+
+
+def add_telemetry(
+    fetched: Fetched, kind: ResultKind, rows: list[dict[str, Any]], context: RunContext, notes: list[str]
+) -> list[dict[str, Any]]:
+    """The rows with their phases' telemetry (the kind's hook), and the run's samples and per-phase GPU figures
+    written beside them for the telemetry tables; a note on where the figures came from, and on the rows that
+    are not ``ok``."""
+    from benchflow.telemetry.run import FILES, RunTelemetry, merge
+
+    folder = artifacts.at(fetched.store)
+
+    def text_of(name: str) -> str | None:
+        known = name in fetched.files or name not in FILES  # requests.jsonl: a kind's side file, fetched as such
+        path = folder / name
+        return path.read_text(errors="replace") if known and path.exists() else None
+
+    run = RunTelemetry.read(text_of, context.configs, context.limits, context.run_args)
+    assert kind.telemetry is not None
+    rows = merge(rows, kind.telemetry(rows, run))
+    artifacts.write_jsonl(fetched.store, "telemetry_samples.jsonl", run.sample_rows())
+    artifacts.write_jsonl(fetched.store, "telemetry_phase_gpus.jsonl", run.phase_gpus())
+    notes.append(run.note())
+    if kind.validity and (judged := [r for r in rows if r.get(kind.validity) not in (None, "ok")]):
+        first = judged[0]
+        notes.append(
+            f"{len(judged)} of {len(rows)} rows are not ok (never a baseline), e.g. "
+            f"{first[kind.validity]}: {first.get(f'{kind.validity}_reason') or ''}"
+        )
+    return rows
 
 
 def validate(parsed: Parsed, kind: ResultKind, suite_params: dict[str, Any]) -> Validation:
@@ -186,7 +241,9 @@ def detect(warehouse: Warehouse, spec: CampaignSpec, run_id: str) -> list[Findin
 def parse_task(spec: CampaignSpec, fetched: dict[str, Any], run_args: dict[str, Any], **context: Any) -> dict[str, Any]:
     kind, bench = spec.result_kind, spec.benchmark
     defaults = {k: run_args[k] for k in kind.row_defaults if k in run_args}
-    parsed = parse(Fetched.from_xcom(fetched), kind, bench.format, bench.marker, kind.parser_options(bench), defaults)
+    run = RunContext.of(spec, run_args)
+    options = kind.parser_options(bench)
+    parsed = parse(Fetched.from_xcom(fetched), kind, bench.format, bench.marker, options, defaults, run)
     print(f"parsed {parsed.rows} rows; status {parsed.status}; {parsed.detail or 'complete'}")
     return parsed.to_xcom()
 

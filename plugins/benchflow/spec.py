@@ -223,6 +223,35 @@ class GpusFree(_Model):
     poke_interval: float = Field(default=5, gt=0, le=300)
 
 
+class Telemetry(_Model):
+    """The GPU sampler that runs beside the benchmark and the servers (NVML when the host's Python has
+    ``nvidia-ml-py``, else ``nvidia-smi -lms``; none on a host without GPUs)."""
+
+    enabled: bool = Field(default=True, description="sample the GPUs during the run")
+    period_ms: int = Field(default=200, ge=10, le=60_000, description="sampling period")
+    max_mib: int = Field(default=256, ge=1, le=65_536, description="the samples file's size bound; past it, no more")
+
+    @property
+    def max_bytes(self) -> int:
+        return self.max_mib * 2**20
+
+
+class Validity(_Model):
+    """When a result is not ``ok``: the limits of the rules of :mod:`benchflow.telemetry.validity` (data, with its
+    defaults); rows that are noisy, throttled or contended are stored but never a baseline."""
+
+    kernel_spread_max: float = Field(default=1.5, gt=1, description="p90 / p10 of a kernel row's timed calls")
+    serving_cv_max: float = Field(default=0.10, gt=0, description="stdev / mean of throughput across repeats")
+    max_wait_share: float = Field(default=0.10, gt=0, le=1, description="the benchmark's CPU run-queue wait share")
+    max_steal_pct: float = Field(default=5.0, ge=0, le=100, description="CPU steal over a phase, %")
+    max_others_busy_pct: float | None = Field(default=None, ge=0, le=100, description="others' CPU use, %; null: off")
+
+    def limits(self) -> Any:
+        from benchflow.telemetry.validity import Limits
+
+        return Limits(**self.model_dump())
+
+
 class RegressionLimits(_Model):
     """When a metric counts as regressed (see :mod:`benchflow.analysis.regressions`)."""
 
@@ -264,6 +293,8 @@ class CampaignSpec(_Model):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     gpus_free: GpusFree = Field(default_factory=GpusFree)
     regressions: Regressions = Field(default_factory=Regressions)
+    telemetry: Telemetry = Field(default_factory=Telemetry)
+    validity: Validity = Field(default_factory=Validity)
 
     @field_validator("benchmark", mode="wrap")
     @classmethod

@@ -72,6 +72,8 @@ COMMON = {
     "stop_services",
     "gpus_free",
     "deploy_payload",
+    "start_telemetry",
+    "stop_telemetry",
     "restore_services",
     "fetch_artifacts",
     "parse",

@@ -122,6 +122,9 @@ class ResultKind:
     row_defaults: tuple[str, ...] = ()  # run arguments that fill columns a format leaves empty
     side_tables: tuple[SideTable, ...] = ()
     plots: Callable[[pd.DataFrame, str], list[tuple[str, Any]]] | None = None  # (run rows, title) → figures
+    # (rows, benchflow.telemetry.run.RunTelemetry) → the columns each row gains: energy, host load, validity
+    telemetry: Callable[[list[dict[str, Any]], Any], list[dict[str, Any]]] | None = None
+    validity: str | None = None  # the column that says whether a row is ok (others never reach a baseline)
 
     def __post_init__(self) -> None:
         names = self.column_names
@@ -187,6 +190,28 @@ class ResultKind:
             {**self.defaults, **{k: v for k, v in r.items() if v is not None or k not in self.defaults}} for r in rows
         ]
         return typed_frame(filled, self.columns)
+
+
+def telemetry_columns(types: Mapping[str, ColumnType]) -> tuple[Column, ...]:
+    """Columns the telemetry adds to a kind (:mod:`benchflow.telemetry.columns`), with their units."""
+    from benchflow.telemetry.columns import UNITS
+
+    return tuple(Column(name, kind, UNITS.get(name, ""), digits=3 if kind == "float" else None)
+                 for name, kind in types.items())  # fmt: skip
+
+
+def _telemetry_tables() -> tuple[SideTable, ...]:
+    """The raw samples and the per-phase, per-GPU figures of a run, whatever its kind (from files the pipeline's
+    parse step writes into the run's store)."""
+    from benchflow.telemetry import columns
+
+    return (
+        SideTable("telemetry_samples", telemetry_columns(columns.SAMPLES), "telemetry_samples.jsonl"),
+        SideTable("telemetry_phase_gpus", telemetry_columns(columns.PHASE_GPUS), "telemetry_phase_gpus.jsonl"),
+    )
+
+
+TELEMETRY_TABLES = _telemetry_tables()
 
 
 def typed_frame(rows: list[dict[str, Any]], columns: tuple[Column, ...]) -> pd.DataFrame:

@@ -33,8 +33,8 @@ PHASE_GPUS: dict[str, ColumnType] = {
     "warmup": "bool",
     "dtype": "text",  # kernel key
     "m": "int",
-    "start": "float",  # epoch s
-    "end": "float",
+    "phase_start": "float",  # epoch s ("start"/"end" are SQL keywords)
+    "phase_end": "float",
     "gpu_index": "int",
     "uuid": "text",
     "server": "text",  # the server of the phase's config holding the GPU; null: none
@@ -109,3 +109,15 @@ REQUESTS: dict[str, ColumnType] = {
     "first_token_s": "float",  # epoch s, first token (null: failed)
     "end_s": "float",  # epoch s, last token (null: failed)
 }
+
+# The unit of each column above that has one (what the tables' headings and the charts' axes say).
+UNITS: dict[str, str] = {
+    "t": "s", "power_w": "W", "energy_j": "J", "sm_mhz": "MHz", "mem_mhz": "MHz", "temp_c": "°C",
+    "util_gpu_pct": "%", "util_mem_pct": "%", "mem_used_mib": "MiB", "phase_start": "s", "phase_end": "s",
+    "mean_power_w": "W", "max_power_w": "W", "mean_sm_mhz": "MHz", "mean_util_gpu_pct": "%",
+    "peak_mem_used_mib": "MiB", "peak_temp_c": "°C", "host_steal_pct": "%", "host_busy_pct": "%",
+    "host_others_busy_pct": "%", "steady_start": "s", "steady_end": "s", "steady_s": "s", "steady_tokens": "tokens",
+    "steady_energy_j": "J", "j_per_token": "J/token", "phase_energy_j": "J", "phase_tokens": "tokens",
+    "j_per_token_phase": "J/token", "energy_s": "s", "energy_calls": "calls", "j_per_call": "J/call",
+    "start_s": "s", "first_token_s": "s", "end_s": "s",
+}  # fmt: skip

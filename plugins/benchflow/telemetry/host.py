@@ -41,3 +41,13 @@ def wait_ready_command(marker_file: str, timeout_s: float = 30.0) -> str:
     steps = max(1, int(float(timeout_s) / 0.1))
     marker = _path(marker_file, "marker_file")
     return f"for _ in $(seq {steps}); do test -e {marker} && exit 0; sleep 0.1; done\nexit 1\n"
+
+
+def none_command(out_dir: str, reason: str) -> str:
+    """Write the note a sampler writes on a host without GPUs (``telemetry.json``: source none, and why), for a
+    run that starts no sampler there: the run says so once, from the same file."""
+    import json
+
+    note = json.dumps({"source": "none", "reason": reason})
+    folder = _path(out_dir, "out_dir")
+    return f"mkdir -p {folder} && printf '%s\\n' {shlex.quote(note)} > {folder}/telemetry.json"

@@ -212,7 +212,8 @@ def phase_gpu_rows(
         for g in phase_gpus(per_gpu, phase.start, phase.end, servers, limits.benign_reasons):
             stats = {k: v for k, v in vars(g).items() if k not in ("reasons", "throttle_reasons", "index")}
             out.append(
-                {"kind": phase.kind, **key, "start": phase.start, "end": phase.end, "gpu_index": g.index, **stats}
+                {"kind": phase.kind, **key, "phase_start": phase.start, "phase_end": phase.end, "gpu_index": g.index}
+                | stats
                 | {"reasons": ", ".join(g.reasons), "throttle_reasons": ", ".join(g.throttle_reasons)}
                 | {"throttled": bool(g.throttle_reasons)}
             )

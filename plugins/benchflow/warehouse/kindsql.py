@@ -61,11 +61,17 @@ def wide_view(kind: ResultKind) -> str:
     )
 
 
+def validity_sql(kind: ResultKind) -> str:
+    """Whether a row is ``ok`` (or noisy, throttled, contended): rows without the judgement count as ok."""
+    return f"COALESCE({kind.validity}, 'ok')" if kind.validity else "'ok'"
+
+
 def samples_select(kind: ResultKind, metric: str) -> str:
-    """One trend metric of a kind as rows of ``metric_samples``: one per repeat of each case of each valid run."""
+    """One trend metric of a kind as rows of ``metric_samples``: one per repeat of each case of each valid run,
+    with the row's validity (the statistics over it take the ``ok`` rows only)."""
     return (
         "SELECT campaign, dag_id, run_id, night, host, gpu_model, run_type, "
         f"{group_sql(kind)} AS config, {point_sql(kind)} AS point, {case_sql(kind)} AS case_key, "
-        f"{repeat_sql(kind)} AS repeat, '{metric}' AS metric, CAST({metric} AS DOUBLE PRECISION) AS value "
-        f"FROM {kind.wide_view} WHERE {metric} IS NOT NULL AND {measured_sql(kind)}"
+        f"{repeat_sql(kind)} AS repeat, '{metric}' AS metric, CAST({metric} AS DOUBLE PRECISION) AS value, "
+        f"{validity_sql(kind)} AS validity FROM {kind.wide_view} WHERE {metric} IS NOT NULL AND {measured_sql(kind)}"
     )

@@ -162,15 +162,20 @@ def campaign_samples(w: Warehouse, campaign: str, gpu_model: str) -> pd.DataFram
     """Every repeat of every trend metric of the campaign's valid runs on this GPU model."""
     p = w.p
     return w.query(
-        f"SELECT case_key, metric, run_id, value FROM metric_samples WHERE campaign = {p} AND gpu_model = {p}",
+        f"SELECT case_key, metric, run_id, value FROM metric_samples WHERE campaign = {p} AND gpu_model = {p} "
+        "AND validity = 'ok'",
         [campaign, gpu_model],
     )
 
 
-def run_samples(w: Warehouse, campaign: str, run_id: str, config: str | None = None) -> pd.DataFrame:
-    """Every repeat of a run's trend metrics per point (optionally of one configuration)."""
+def run_samples(
+    w: Warehouse, campaign: str, run_id: str, config: str | None = None, include_noisy: bool = False
+) -> pd.DataFrame:
+    """Every repeat of a run's trend metrics per point (optionally of one configuration): its ``ok`` rows, or
+    every row with its validity when ``include_noisy``."""
     p = w.p
-    sql = f"SELECT config, point, metric, value FROM metric_samples WHERE campaign = {p} AND run_id = {p}"
+    sql = f"SELECT config, point, metric, value, validity FROM metric_samples WHERE campaign = {p} AND run_id = {p}"
+    sql += "" if include_noisy else " AND validity = 'ok'"
     params = [campaign, run_id]
     if config is not None:
         sql += f" AND config = {p}"

@@ -32,9 +32,10 @@ def view_statements() -> tuple[list[str], list[str]]:
     """(drops, creates) for every analyst view, dependents first in the drops.
 
     Each kind adds its wide view and its trend metrics; ``metric_samples`` has one row per repeat of a
-    case and metric (warm-ups left out), ``case_summary`` the mean, median, standard deviation and 95 %
-    Student-t interval over a run's repeats, and ``metric_history`` each run's mean, which the regression
-    check reads as the nightly series.
+    case and metric (warm-ups left out) with the row's validity, ``case_summary`` the mean, median, standard
+    deviation and 95 % Student-t interval over a run's ``ok`` repeats (noisy, throttled or contended rows are
+    stored but never summarised, so never a baseline), and ``metric_history`` each run's mean, which the
+    regression check reads as the nightly series.
     """
     creates = statements((SQL_DIR / "views.sql").read_text())
     creates += [kindsql.wide_view(kind) for kind in kinds.all_kinds()]
@@ -45,7 +46,7 @@ def view_statements() -> tuple[list[str], list[str]]:
         f"CREATE VIEW case_summary AS SELECT g.*, g.mean - t.t975 * g.std / SQRT(g.n) AS ci_low, "
         f"g.mean + t.t975 * g.std / SQRT(g.n) AS ci_high FROM (SELECT {group}, COUNT(*) AS n, AVG(value) AS mean, "
         f"percentile_cont(0.5) WITHIN GROUP (ORDER BY value) AS median, STDDEV_SAMP(value) AS std "
-        f"FROM metric_samples GROUP BY {group}) g "
+        f"FROM metric_samples WHERE validity = 'ok' GROUP BY {group}) g "
         "LEFT JOIN student_t t ON t.df = CASE WHEN g.n - 1 > 200 THEN 200 ELSE g.n - 1 END",
         "CREATE VIEW metric_history AS SELECT campaign, dag_id, run_id, night, host, gpu_model, run_type, case_key, "
         "metric, mean AS value, n FROM case_summary",

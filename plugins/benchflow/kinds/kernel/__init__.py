@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from benchflow.kinds import Column, ResultKind, Trend
+from benchflow.kinds import TELEMETRY_TABLES, Column, ResultKind, Trend, telemetry_columns
 from benchflow.kinds.kernel import table
 from benchflow.params import RUN, SWEEP
+from benchflow.telemetry.columns import KERNEL as KERNEL_TELEMETRY
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -95,6 +96,15 @@ FORM: dict[str, dict[str, Any]] = {
     "topk": _int_field("Experts per token, top-k", "experts per token", 64),
 }  # fmt: skip
 
+
+def telemetry(rows: list[dict[str, Any]], run: Any) -> list[dict[str, Any]]:
+    """Each row's spread, joules per call, host load and validity; a row meets its phase by dtype and M."""
+    from benchflow.telemetry.summary import kernel_rows
+
+    keyed = [{**row, "dtype": run.run_args.get("dtype")} for row in rows]
+    return kernel_rows(keyed, run.phases, run.samples, run.limits)
+
+
 KIND = ResultKind(
     name="kernel",
     description="kernel sweep: one row per token count M",
@@ -117,9 +127,21 @@ KIND = ResultKind(
         Column("pct_roofline", "float", "%", digits=1),
         Column("pct_copy_bw", "float", "%", digits=1),
         Column("bound", "text"),
+        *telemetry_columns(KERNEL_TELEMETRY),
     ),
     key=("m",),
-    shown=("m", "ms_per_call", "tok_per_s", "us_per_token", "gbps", "pct_roofline", "bound", "note"),
+    shown=(
+        "m",
+        "ms_per_call",
+        "tok_per_s",
+        "us_per_token",
+        "gbps",
+        "pct_roofline",
+        "bound",
+        "note",
+        "j_per_call",
+        "validity",
+    ),
     expectations=expectations,
     derive=derive,
     servers="forbidden",
@@ -130,4 +152,7 @@ KIND = ResultKind(
     form=FORM,
     wide_view="kernel_sweep_wide",
     plots=plots,
+    telemetry=telemetry,
+    validity="validity",
+    side_tables=TELEMETRY_TABLES,
 )

@@ -8,11 +8,22 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 
-from benchflow.kinds import BenchmarkOptions, Column, ColumnType, ResultKind, SideTable, Trend
+from benchflow.kinds import (
+    TELEMETRY_TABLES,
+    BenchmarkOptions,
+    Column,
+    ColumnType,
+    ResultKind,
+    SideTable,
+    Trend,
+    telemetry_columns,
+)
 from benchflow.kinds.serving import log, sglang_jsonl, vllm_json
 from benchflow.kinds.serving.common import COLUMNS, INTS, METRICS
 from benchflow.kinds.serving.search import SearchSpec
 from benchflow.params import SERVER, SWEEP
+from benchflow.telemetry.columns import REQUESTS as REQUEST_TIMES
+from benchflow.telemetry.columns import SERVING as SERVING_TELEMETRY
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -204,6 +215,7 @@ REQUESTS = SideTable(
         Column("e2e_ms", "float", "ms"),
         Column("mean_itl_ms", "float", "ms"),
         Column("error", "text"),
+        *telemetry_columns(REQUEST_TIMES),
     ),
     file="requests.jsonl",
     defaults={"repeat": 1, "error": ""},
@@ -249,12 +261,21 @@ SEARCH = SideTable(
     prepare=search_row,
 )
 
+
+def telemetry(rows: list[dict[str, Any]], run: Any) -> list[dict[str, Any]]:
+    """Each row's joules per output token over its phase's steady state, host load and validity; the GPUs of a
+    config are its servers' (``gpus`` in the spec), so prefill and decode GPUs are told apart."""
+    from benchflow.telemetry.summary import serving_rows
+
+    return serving_rows(rows, run.requests, run.phases, run.samples, run.gpu_servers, run.limits)
+
+
 KIND = ResultKind(
     name="serving",
     description="serving sweep: one row per config and concurrency, every figure of the client's result",
     formats=(log.FORMAT, sglang_jsonl.FORMAT, vllm_json.FORMAT),
     table="serving_results",
-    columns=tuple(_column(name) for name in COLUMNS),
+    columns=(*(_column(name) for name in COLUMNS), *telemetry_columns(SERVING_TELEMETRY)),
     key=("config", "concurrency", "repeat"),
     shown=(
         "config",
@@ -268,6 +289,8 @@ KIND = ResultKind(
         "mean_tpot_ms",
         "mean_itl_ms",
         "mean_e2e_ms",
+        "j_per_token",
+        "validity",
     ),
     expectations=expectations,
     derive=derive,
@@ -285,6 +308,8 @@ KIND = ResultKind(
     wide_view="serving_wide",
     defaults={"repeat": 1, "warmup": False},
     row_defaults=("input_len", "output_len", "num_prompts"),  # the run's arguments, where the output has none
-    side_tables=(REQUESTS, SEARCH),
+    side_tables=(REQUESTS, SEARCH, *TELEMETRY_TABLES),
+    telemetry=telemetry,
+    validity="validity",
     plots=plots,
 )

@@ -1,0 +1,93 @@
+"""A run's telemetry as the pipeline uses it: what one run left (its samples, the sampler's note, its phases,
+its requests' times), read once, and what its result rows gain from it.
+
+The result kind says how its rows join their phases and which columns they gain (its ``telemetry`` hook calls
+:func:`~benchflow.telemetry.summary.kernel_rows` or :func:`~benchflow.telemetry.summary.serving_rows`); this module
+holds what every kind's hook is given, and the per-phase, per-GPU rows and the raw samples that go to their own
+tables whatever the kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from benchflow.telemetry.files import Phase, Sample, read_info, read_phases, read_samples
+from benchflow.telemetry.summary import gpu_servers, phase_gpu_rows
+from benchflow.telemetry.validity import Limits
+
+SAMPLES_FILE = "telemetry/samples.csv"  # in the run directory: the sampler's job folder
+INFO_FILE = "telemetry/telemetry.json"
+PHASES_FILE = "phases.jsonl"  # beside the benchmark's --out
+REQUESTS_FILE = "requests.jsonl"
+FILES = (SAMPLES_FILE, INFO_FILE, PHASES_FILE)
+
+
+@dataclass
+class RunTelemetry:
+    """What a run's hooks are given: its samples, phases and requests, the GPUs each config's servers hold
+    (config → GPU index → server), the validity limits and the run's benchmark arguments."""
+
+    samples: list[Sample] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+    phases: list[Phase] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    gpu_servers: dict[str, dict[int, str]] = field(default_factory=dict)
+    limits: Limits = field(default_factory=Limits)
+    run_args: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def read(
+        cls,
+        text_of: Callable[[str], str | None],
+        configs: Mapping[str, Mapping[str, str | None]],
+        limits: Limits,
+        run_args: Mapping[str, Any],
+    ) -> RunTelemetry:
+        """From the run's fetched files (``text_of(name)``: the file's text, None when it was not fetched) and
+        ``configs`` (config → server → its ``gpus``)."""
+        import json
+
+        requests = [json.loads(line) for line in (text_of(REQUESTS_FILE) or "").splitlines() if _whole(line)]
+        return cls(
+            samples=read_samples(text_of(SAMPLES_FILE) or ""),
+            info=read_info(text_of(INFO_FILE) or "{}"),
+            phases=read_phases(text_of(PHASES_FILE) or ""),
+            requests=requests,
+            gpu_servers={name: gpu_servers(servers) for name, servers in configs.items()},
+            limits=limits,
+            run_args=run_args,
+        )
+
+    def note(self) -> str:
+        """One line on where the figures came from (the sampler's source, or why there are none)."""
+        source = self.info.get("source")
+        if not source:
+            return "telemetry: not recorded (no sampler output)"
+        if source == "none":
+            return f"telemetry: none ({self.info.get('reason') or 'no GPU'})"
+        cut = "; the samples file reached its size bound" if self.info.get("truncated") else ""
+        return f"telemetry: {source}, {len(self.samples)} samples, {len(self.phases)} phases{cut}"
+
+    def phase_gpus(self) -> list[dict[str, Any]]:
+        return phase_gpu_rows(self.samples, self.phases, self.gpu_servers, self.limits)
+
+    def sample_rows(self) -> list[dict[str, Any]]:
+        return [asdict(s) for s in self.samples]
+
+
+def merge(rows: Sequence[dict[str, Any]], extra: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each row with the columns its telemetry hook returned (same order)."""
+    return [{**row, **cols} for row, cols in zip(rows, extra, strict=True)]
+
+
+def _whole(line: str) -> bool:
+    """A JSON line written whole (a record cut off mid-write is skipped, as the side tables skip it)."""
+    import json
+
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return bool(line.strip())
