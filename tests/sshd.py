@@ -53,8 +53,12 @@ class LoopbackSSHD:
             f"AuthorizedKeysFile {self.root}/authorized_keys\nPasswordAuthentication no\n"
             "KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nPermitRootLogin prohibit-password\n"
             "UsePAM no\nStrictModes no\nLogLevel VERBOSE\nMaxStartups 200\nMaxSessions 200\n"
-            "Subsystem sftp internal-sftp\n" + "".join(f'SetEnv {name}="{value}"\n' for name, value in self.env.items())
+            "Subsystem sftp internal-sftp\n" + self._set_env()
         )
+
+    def _set_env(self) -> str:
+        """One ``SetEnv`` line for every variable: sshd keeps the first value of a keyword it reads twice."""
+        return ("SetEnv " + " ".join(f'{k}="{v}"' for k, v in self.env.items()) + "\n") if self.env else ""
 
     @property
     def public_host_key(self) -> str:

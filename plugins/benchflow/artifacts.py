@@ -67,6 +67,7 @@ def store_file(host: Host, remote: str, target: ObjectStoragePath) -> bool:
         local = Path(tmp) / "file"
         if not host.get_file(remote, local):
             return False
+        target.parent.mkdir(parents=True, exist_ok=True)  # a file of a job's folder: telemetry/samples.csv
         with local.open("rb") as source, target.open("wb") as sink:
             shutil.copyfileobj(source, sink, 1 << 20)
     return True

@@ -50,6 +50,7 @@ SERVING = textwrap.dedent(
       repeats: 1
       args: {{client: sglang, concurrency: [2, 4], prompts: [8, 16], input_len: 16, output_len: 16}}
     telemetry: {{period_ms: 100}}
+    gpus_free: {{max_used_mib: 100000}}  # the stand-in's busy GPUs report 68,000 MiB in use
     timeouts: {{server_ready: 120, benchmark: 600, poke_interval: 1}}
     """
 )
