@@ -301,3 +301,49 @@ def test_a_nightly_regression_needs_the_repeats_to_say_so(warehouse):
         [worse.run_id],
     )
     assert set(stored["test"]) == {"welch-log"} and (stored["ci_high"] < 1).all()
+
+
+def search_record(config: str, pass_load: int) -> dict:
+    """A load search's result as the sweep driver writes it to search.jsonl (the fields the table keeps)."""
+    return {
+        "config": config,
+        "over": "concurrency",
+        "range": [1, 64],
+        "slo": {"p99_ttft_ms": 2000},
+        "confidence": 0.95,
+        "precision": 0.1,
+        "prompts_per_probe": 400,
+        "repeats": 3,
+        "budget": {"probes": 30, "seconds": 3600},
+        "reason": "converged",
+        "pass_load": pass_load,
+        "fail_load": pass_load + 1,
+        "fail_verdict": "fail",
+        "probes": 8,
+        "loads": 7,
+        "seconds": 900.0,
+        "goodput_rps": 3.5 * pass_load,
+        "trail": [{"load": pass_load, "repeat": 1, "verdict": "pass"}],
+    }
+
+
+def test_a_lower_search_answer_is_a_regression_and_the_answer_is_a_trend_metric(warehouse):
+    """The load search's answer (the most load within the SLO) is judged night over night like any trend metric:
+    a lower one is worse. It reaches metric_samples from the serving_search table, one value a run and config."""
+    for night in range(7, 0, -1):
+        rows = [serving_row("pd", c, 100.0 * c) for c in (8, 16)]
+        warehouse.load(
+            night_run("serving_search", night), SERVING, rows, None, {"serving_search": [search_record("pd", 32)]}
+        )
+    tonight = night_run("serving_search", 0)
+    rows = [serving_row("pd", c, 100.0 * c) for c in (8, 16)]
+    warehouse.load(tonight, SERVING, rows, None, {"serving_search": [search_record("pd", 24)]})
+    answers = warehouse.query(
+        f"SELECT point, case_key, value FROM metric_samples WHERE run_id = {warehouse.p} AND metric = 'pass_load'",
+        [tonight.run_id],
+    )
+    assert answers.to_dict("records") == [{"point": "search", "case_key": "config=pd", "value": 24.0}]
+    findings = detect(warehouse, tonight.dag_id, tonight.run_id, RegressionLimits())
+    found = [f for f in findings if f.metric == "pass_load"]
+    assert len(found) == 1 and found[0].case_key == "config=pd" and found[0].relative_change == pytest.approx(-0.25)
+    assert found[0].direction == "higher_is_better"

@@ -68,6 +68,11 @@ class SideTable:
     file: str  # in the run's artifacts, JSON lines
     defaults: Mapping[str, Any] = field(default_factory=dict)  # for rows that do not say
     prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None  # a record as the table's row (flatten it)
+    # Metrics of this table judged night over night like the kind's own (a load search's answer): their case is
+    # ``case`` (columns of this table), their point is ``point`` (a fixed text: what configs are compared at).
+    trend: tuple[Trend, ...] = ()
+    case: tuple[str, ...] = ()
+    point: str = ""
 
 
 def _no_params(options: Any, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -158,10 +163,14 @@ class ResultKind:
         return tuple(c for c in self.case if c != self.group)
 
     def better(self, metric: str) -> Better:
-        for trend in self.trend:
+        for trend in (*self.trend, *(t for side in self.side_tables for t in side.trend)):
             if trend.column == metric:
                 return trend.better
         raise KeyError(f"kind {self.name!r} does not trend {metric!r}")
+
+    def trends(self) -> list[str]:
+        """Every metric judged night over night: the kind's own and its side tables'."""
+        return [t.column for t in self.trend] + [t.column for side in self.side_tables for t in side.trend]
 
     def format(self, name: str | None) -> Format:
         if name is None:
@@ -260,7 +269,7 @@ def default() -> ResultKind:
 def trend_direction(metric: str) -> Better:
     """Which way is better for a trend metric, as the kind that trends it declares."""
     for kind in all_kinds():
-        if metric in {t.column for t in kind.trend}:
+        if metric in kind.trends():
             return kind.better(metric)
     raise KeyError(f"no result kind trends the metric {metric!r}")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from benchflow.kinds import ResultKind
+    from benchflow.kinds import ResultKind, SideTable
 
 # What a wide view carries of each run beside the kind's columns.
 RUN_COLUMNS = ("campaign", "dag_id", "run_id", "night", "started_at", "logical_date", "host", "gpu_model", "run_type")
@@ -74,4 +74,17 @@ def samples_select(kind: ResultKind, metric: str) -> str:
         f"{group_sql(kind)} AS config, {point_sql(kind)} AS point, {case_sql(kind)} AS case_key, "
         f"{repeat_sql(kind)} AS repeat, '{metric}' AS metric, CAST({metric} AS DOUBLE PRECISION) AS value, "
         f"{validity_sql(kind)} AS validity FROM {kind.wide_view} WHERE {metric} IS NOT NULL AND {measured_sql(kind)}"
+    )
+
+
+def side_samples_select(side: SideTable, metric: str) -> str:
+    """A side table's trend metric (a load search's answer) as rows of ``metric_samples``: one a run and case."""
+    run = "v.campaign, v.dag_id, v.run_id, v.night, v.host, v.gpu_model, v.run_type"
+    group = f"CAST(t.{side.case[0]} AS TEXT)" if side.case else "CAST(NULL AS TEXT)"
+    case = key_text(tuple(f"t.{c}" for c in side.case)).replace("'t.", "'")
+    return (
+        f"SELECT {run}, {group} AS config, '{side.point}' AS point, {case} AS case_key, 1 AS repeat, "
+        f"'{metric}' AS metric, CAST(t.{metric} AS DOUBLE PRECISION) AS value, 'ok' AS validity "
+        f"FROM {side.table} t JOIN valid_runs v ON v.dag_id = t.dag_id AND v.run_id = t.run_id "
+        f"WHERE t.{metric} IS NOT NULL"
     )

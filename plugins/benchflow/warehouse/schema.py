@@ -40,6 +40,12 @@ def view_statements() -> tuple[list[str], list[str]]:
     creates = statements((SQL_DIR / "views.sql").read_text())
     creates += [kindsql.wide_view(kind) for kind in kinds.all_kinds()]
     samples = [kindsql.samples_select(kind, t.column) for kind in kinds.all_kinds() for t in kind.trend]
+    samples += [
+        kindsql.side_samples_select(side, t.column)
+        for kind in kinds.all_kinds()
+        for side in kind.side_tables
+        for t in side.trend
+    ]
     group = "campaign, dag_id, run_id, night, host, gpu_model, run_type, config, point, case_key, metric"
     creates += [
         "CREATE VIEW metric_samples AS " + " UNION ALL ".join(samples),

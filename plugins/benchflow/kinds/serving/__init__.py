@@ -259,6 +259,9 @@ SEARCH = SideTable(
     ),
     file="search.jsonl",
     prepare=search_row,
+    trend=(Trend("pass_load", "higher"),),  # the answer: a lower one is a regression
+    case=("config",),
+    point="search",
 )
 
 
