@@ -107,10 +107,10 @@ def test_demo_campaign_over_ssh_end_to_end(bag, sshd, var_dir):
     # Artifacts came back over SFTP into the artifact store (file:// under var/ here), keyed by dag_id/run_id.
     artifacts = var_dir / "artifacts" / "bench_moe_kernel_ssh" / layout.run_key(run_id)
     assert (artifacts / "results.jsonl").exists() and "ALL_DONE" in (artifacts / "bench.log").read_text()
-    # One connection for each task that touches the host (preflight, acquire_host, gpus_free, deploy, launch,
-    # wait_done's first check before it defers, stop_benchmark, fetch, release_host; this spec has no services)
-    # and one for the whole deferred wait.
-    assert sshd.connections_accepted() - before == 10
+    # One connection for each task that touches the host (preflight, acquire_host, gpus_free, deploy,
+    # start_telemetry, launch, wait_done's first check before it defers, stop_benchmark, stop_telemetry, fetch,
+    # release_host; this spec has no services) and one for the whole deferred wait.
+    assert sshd.connections_accepted() - before == 12
 
 
 def test_sshd_outage_mid_wait_reconnects_and_loses_nothing(bag, sshd, capfd):

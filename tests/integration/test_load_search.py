@@ -93,7 +93,7 @@ def test_the_search_finds_the_servers_capacity_with_the_real_client(server, tmp_
     assert all(starts) and starts == sorted(starts)
     answer = [s for s in record["trail"] if s["load"] == BATCH][-1]
     assert record["goodput_rps"] == answer["goodput_rps"] > 0
-    assert f"search tiny: over concurrency: converged; highest pass {BATCH}, lowest fail {BATCH + 1}" in done.stdout
+    assert f"search tiny -> over concurrency: converged; highest pass {BATCH}, lowest fail {BATCH + 1}" in done.stdout
 
     # Every probe is a phase the serving log parser reads, keyed as the search recorded it.
     parsed = parse_text(done.stdout)
@@ -134,7 +134,7 @@ def test_a_request_rate_search_out_of_budget_reports_its_bracket(server, tmp_pat
     ]
     requests = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
     assert {(r["request_rate"], r["concurrency"]) for r in requests} == {(4.0, None), (8.0, None)}
-    assert "search rate: over request_rate: budget; highest pass 8, none failed" in done.stdout
+    assert "search rate -> over request_rate: budget; highest pass 8, none failed" in done.stdout
 
 
 def test_a_probe_too_small_for_its_percentile_is_refused_before_any_client_runs(tmp_path):
