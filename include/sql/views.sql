@@ -13,3 +13,19 @@ SELECT * FROM (
     FROM valid_runs v
 ) ranked
 WHERE recency = 1;
+
+-- A load search's answer per run and config (serving_search) with what the GPUs drew there: over the steady state
+-- of the answer's repeats that were measured ok (serving_results at concurrency = pass_load), the config's mean power
+-- (all its servers' GPUs) and joules per output token; NULL where the run had no telemetry or no load passed.
+CREATE VIEW serving_search_answers AS
+SELECT s.dag_id, s.run_id, s.config, s.over, s.reason, s.pass_load, s.fail_load, s.fail_verdict, s.goodput_rps,
+       s.probes, s.loads, s.seconds,
+       COUNT(r.run_id) AS answer_rows,
+       SUM(r.steady_energy_j) / NULLIF(SUM(r.steady_s), 0) AS power_w_at_answer,
+       SUM(r.steady_energy_j) / NULLIF(SUM(r.steady_tokens), 0) AS j_per_token_at_answer
+FROM serving_search s
+LEFT JOIN serving_results r
+  ON r.dag_id = s.dag_id AND r.run_id = s.run_id AND r.config = s.config AND r.concurrency = s.pass_load
+ AND NOT r.warmup AND COALESCE(r.validity, 'ok') = 'ok'
+GROUP BY s.dag_id, s.run_id, s.config, s.over, s.reason, s.pass_load, s.fail_load, s.fail_verdict, s.goodput_rps,
+         s.probes, s.loads, s.seconds;

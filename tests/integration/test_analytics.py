@@ -347,3 +347,25 @@ def test_a_lower_search_answer_is_a_regression_and_the_answer_is_a_trend_metric(
     found = [f for f in findings if f.metric == "pass_load"]
     assert len(found) == 1 and found[0].case_key == "config=pd" and found[0].relative_change == pytest.approx(-0.25)
     assert found[0].direction == "higher_is_better"
+
+
+def test_a_search_answer_carries_the_power_and_energy_measured_there(warehouse):
+    """serving_search_answers: the answer of each config with the mean power and joules per output token of its ok
+    repeats at that load (their steady states pooled); a noisy repeat and the other loads do not count."""
+    run = night_run("serving_search_energy", 0)
+    rows = [serving_row("pd", c, 100.0 * c) | {"repeat": 1} for c in (8, 16, 24)]
+    rows += [serving_row("pd", 16, 1500.0) | {"repeat": 2}, serving_row("pd", 16, 900.0) | {"repeat": 3}]
+    energy = {(16, 1): (600.0, 2.0, 1200), (16, 2): (900.0, 3.0, 1500), (16, 3): (5000.0, 1.0, 100)}
+    for row in rows:
+        joules, seconds, tokens = energy.get((row["concurrency"], row["repeat"]), (50.0, 1.0, 10))
+        row |= {"steady_energy_j": joules, "steady_s": seconds, "steady_tokens": tokens, "validity": "ok"}
+    rows[-1]["validity"] = "noisy"
+    warehouse.load(run, SERVING, rows, None, {"serving_search": [search_record("pd", 16)]})
+    (answer,) = warehouse.query(
+        f"SELECT pass_load, answer_rows, power_w_at_answer, j_per_token_at_answer FROM serving_search_answers "
+        f"WHERE run_id = {warehouse.p}",
+        [run.run_id],
+    ).to_dict("records")
+    assert answer["pass_load"] == 16 and answer["answer_rows"] == 2
+    assert answer["power_w_at_answer"] == pytest.approx(1500.0 / 5.0)
+    assert answer["j_per_token_at_answer"] == pytest.approx(1500.0 / 2700)

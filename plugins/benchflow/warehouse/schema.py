@@ -19,7 +19,7 @@ from benchflow.warehouse import kindsql
 if TYPE_CHECKING:
     from benchflow.warehouse import Warehouse
 
-BASE_VIEWS = ("valid_runs", "latest_valid_runs")
+BASE_VIEWS = ("valid_runs", "latest_valid_runs", "serving_search_answers")
 
 
 def statements(script: str) -> list[str]:
