@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -118,7 +119,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"--conf is not JSON: {exc}", file=sys.stderr)
             return 2
     configure_airflow()
-    from benchflow import runner
+    from benchflow import local_stack, runner
+
+    if problem := local_stack.unreachable(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]):
+        print(f"bench run: {problem}", file=sys.stderr)
+        return 1
 
     return runner.run(spec, Path(path).resolve(), args.conf, verbose=args.verbose)
 
