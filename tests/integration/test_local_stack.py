@@ -66,11 +66,16 @@ def local_env(tmp_path):
 
 
 def ours(var: Path) -> list[psutil.Process]:
-    """This test's processes of the stack: those whose BENCH_VAR_DIR is its var folder."""
+    """This test's processes of the stack: those writing into its var folder (the components' output goes to
+    var/logs/) or whose BENCH_VAR_DIR is it (setproctitle can hide a process's environment)."""
     found = []
     for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):
-            if proc.environ().get("BENCH_VAR_DIR") == str(var) and proc.status() != psutil.STATUS_ZOMBIE:
+        with contextlib.suppress(psutil.Error, OSError):
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if os.readlink(f"/proc/{proc.pid}/fd/1").startswith(str(var)):
+                found.append(proc)
+            elif proc.environ().get("BENCH_VAR_DIR") == str(var):
                 found.append(proc)
     return found
 
