@@ -23,9 +23,12 @@ def configure_airflow() -> None:
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
     if "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" not in os.environ:
-        from benchflow.local_stack import metadata_db
+        from benchflow.local_stack import ensure_database, metadata_db, unreachable
 
-        os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = metadata_db()[0]
+        uri = metadata_db()[0]  # before anything imports Airflow: it reads its connection once
+        os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = uri
+        if unreachable(uri) is None:
+            ensure_database(uri)
 
 
 def ensure_pools() -> list[str]:

@@ -115,16 +115,29 @@ def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
 
 
 def _postgres_uri(database: str) -> str | None:
-    """The local PostgreSQL server's URI for ``database`` (created when missing), or None if it is not there."""
+    """The local PostgreSQL server's URI for ``database``, or None if no server answers. Imports nothing of
+    Airflow (``bench run`` sets Airflow's connection from it before Airflow reads its configuration);
+    :func:`ensure_database` creates the database."""
     if not port_open(*PG_SERVER):
         return None
     host, port = PG_SERVER
     user = os.environ.get("BENCH_UP_PG_USER", "postgres")
+    return f"postgresql+psycopg2://{user}@{host}:{port}/{database}"
+
+
+def ensure_database(uri: str) -> None:
+    """Create the metadata database at ``uri`` on the local PostgreSQL server when it is missing."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(uri)
+    if not uri.startswith("postgresql") or (url.host, url.port or 5432) != PG_SERVER or not url.database:
+        return
+    if not port_open(*PG_SERVER):
+        return
     from benchflow.warehouse.hooks import ensure_postgres_database
 
-    if not ensure_postgres_database(host, port, user, database):
-        return None
-    return f"postgresql+psycopg2://{user}@{host}:{port}/{database}"
+    if not ensure_postgres_database(PG_SERVER[0], PG_SERVER[1], url.username or "postgres", url.database):
+        raise RuntimeError(f"could not create the metadata DB {url.database} on {PG_SERVER[0]}:{PG_SERVER[1]}")
 
 
 def pg_database() -> str:
@@ -153,8 +166,6 @@ def metadata_db(choice: str | None = None, out: Any = None) -> tuple[str, str]:
         found = json.loads(record_path().read_text())
         record = (str(found["uri"]), str(found["why"]))
     if record and (choice == "auto" or _matches(choice, record[0])):
-        if record[0].startswith("postgresql") and port_open(*PG_SERVER):  # made again if someone dropped it
-            _postgres_uri(record[0].rsplit("/", 1)[1])
         return record
     uri, why = choose_database(choice)
     if record and record[0] != uri:
@@ -364,6 +375,7 @@ def _up(paths: Paths, port: int | None, db: str | None, timeout: float | None, o
     db_uri, why = metadata_db(db, out)
     if problem := unreachable(db_uri):
         raise RuntimeError(problem)
+    ensure_database(db_uri)
     print(f"metadata DB: {why}", file=out, flush=True)
     _secret(paths.passwords, lambda: json.dumps({USER: secrets.token_urlsafe(12)}))
     env = environment(paths, db_uri, port)

@@ -107,6 +107,7 @@ def test_bench_up_runs_a_campaign_and_bench_down_stops_everything(local_env):
     assert ran.returncode == 0, ran.stdout + ran.stderr
     run_by_bench_run = re.search(r"run (manual__\S+): success", ran.stdout)
     assert run_by_bench_run, ran.stdout
+    assert re.search(r"ok +preflight +success", ran.stdout), ran.stdout  # it watched its run in that database
     record = var / "airflow" / "metadata_db.json"
     assert stat.S_IMODE(record.stat().st_mode) == 0o600
     assert json.loads(record.read_text())["uri"].endswith("/" + env["BENCH_UP_PG_DATABASE"])
