@@ -166,7 +166,7 @@ def metadata_db(choice: str | None = None, out: Any = None) -> tuple[str, str]:
         found = json.loads(record_path().read_text())
         record = (str(found["uri"]), str(found["why"]))
     if record and (choice == "auto" or _matches(choice, record[0])):
-        return record
+        return record[0], f"{record[1]} (this checkout's since its first use, in {record_path()}; --db changes it)"
     uri, why = choose_database(choice)
     if record and record[0] != uri:
         print(
