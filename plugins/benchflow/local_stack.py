@@ -310,6 +310,20 @@ def _run_step(command: list[str], env: dict[str, str], log: Path, what: str) -> 
         raise RuntimeError(f"{what} failed (exit {done.returncode}); {log}:\n{tail}")
 
 
+def leave_to_dag_test(dag: Any) -> None:
+    """For ``bench run``: the metadata database is the one this checkout's stack uses, so the run's tasks go to a
+    pool of no slots (that stack's scheduler never queues them) and their triggers to a queue no triggerer of the
+    stack consumes (it is started without ``--queues``): only ``dag.test()`` runs them."""
+    from airflow.models.pool import Pool
+
+    os.environ["AIRFLOW__TRIGGERER__QUEUES_ENABLED"] = "True"
+    about = "bench run's runs: dag.test() runs their tasks, never a scheduler (no slots)"
+    Pool.create_or_update_pool(BENCH_RUN_POOL, 0, about, include_deferred=False)
+    for task in dag.tasks:
+        task.pool = BENCH_RUN_POOL
+        task.queue = BENCH_RUN_QUEUE
+
+
 @contextlib.contextmanager
 def _locked(paths: Paths, out: Any) -> Iterator[None]:
     """Hold ``var/local-airflow/stack.lock``: one ``bench up`` or ``bench down`` at a time on this checkout."""

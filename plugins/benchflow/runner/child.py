@@ -10,13 +10,13 @@ import json
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 
 def child_main(argv: list[str]) -> int:
     """Set up, run the DAG once (the arguments: see the module's docstring)."""
     spec_path, when_iso, conf_json, result_file = argv
     from benchflow.airflow_setup import configure_airflow, ensure_pools
+    from benchflow.local_stack import leave_to_dag_test
     from benchflow.paths import PROJECT_ROOT
     from benchflow.spec import load_spec
 
@@ -32,7 +32,7 @@ def child_main(argv: list[str]) -> int:
     if dag is None:
         Path(result_file).write_text(json.dumps({"error": f"DAG {spec.dag_id} not found: {bag.import_errors}"}))
         return 1
-    _leave_to_dag_test(dag)
+    leave_to_dag_test(dag)
     from benchflow.warehouse import Warehouse
 
     Warehouse.from_airflow().migrate()
@@ -41,24 +41,6 @@ def child_main(argv: list[str]) -> int:
     state = str(getattr(dag_run, "state", "unknown")).split(".")[-1].lower()
     Path(result_file).write_text(json.dumps({"run_id": dag_run.run_id, "state": state}))
     return 0
-
-
-def _leave_to_dag_test(dag: Any) -> None:
-    """The metadata database is the one ``bench up``'s stack uses: its tasks go to a pool of no slots (that
-    stack's scheduler never queues them) and their triggers to a queue no triggerer of the stack consumes, so
-    only this ``dag.test()`` runs them."""
-    import os
-
-    from airflow.models.pool import Pool
-
-    from benchflow.local_stack import BENCH_RUN_POOL, BENCH_RUN_QUEUE
-
-    os.environ["AIRFLOW__TRIGGERER__QUEUES_ENABLED"] = "True"
-    about = "bench run's runs: dag.test() runs their tasks, never a scheduler (no slots)"
-    Pool.create_or_update_pool(BENCH_RUN_POOL, 0, about, include_deferred=False)
-    for task in dag.tasks:
-        task.pool = BENCH_RUN_POOL
-        task.queue = BENCH_RUN_QUEUE
 
 
 if __name__ == "__main__":
