@@ -16,6 +16,7 @@ with DAG(
     schedule=[Asset("bench_results")],
     start_date=datetime(2026, 1, 1),  # naive: Airflow reads it as UTC
     catchup=False,
+    is_paused_upon_creation=False,  # it draws every load's plots; the campaigns start paused
     tags=["bench", "report"],
     doc_md=__doc__,
 ) as dag:

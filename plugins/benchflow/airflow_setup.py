@@ -8,7 +8,9 @@ from benchflow.paths import PROJECT_ROOT, var_dir
 
 
 def configure_airflow() -> None:
-    """Point Airflow at this project unless the environment already does (a deployment, the tests)."""
+    """Point Airflow at this project unless the environment already does (a deployment, the tests): this
+    checkout's Airflow home and metadata database, the ones ``bench up`` uses too (so every ``bench run`` is in
+    its UI; :func:`benchflow.local_stack.metadata_db` chooses and records the database)."""
     home = var_dir() / "airflow"
     home.mkdir(parents=True, exist_ok=True)
     defaults = {
@@ -16,11 +18,17 @@ def configure_airflow() -> None:
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
         "GX_ANALYTICS_ENABLED": "false",
     }
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
+    if "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" not in os.environ:
+        from benchflow.local_stack import ensure_database, metadata_db, unreachable
+
+        uri = metadata_db()[0]  # before anything imports Airflow: it reads its connection once
+        os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = uri
+        if unreachable(uri) is None:
+            ensure_database(uri)
 
 
 def ensure_pools() -> list[str]:

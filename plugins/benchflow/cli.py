@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -118,7 +119,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"--conf is not JSON: {exc}", file=sys.stderr)
             return 2
     configure_airflow()
-    from benchflow import runner
+    from benchflow import local_stack, runner
+
+    if problem := local_stack.unreachable(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]):
+        print(f"bench run: {problem}", file=sys.stderr)
+        return 1
 
     return runner.run(spec, Path(path).resolve(), args.conf, verbose=args.verbose)
 
@@ -140,30 +145,37 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from benchflow.analysis.compare import Side, compare_sides
+    from benchflow.analysis.compare import RATIO, Side, compare_runs
     from benchflow.warehouse import Warehouse
 
     configure_airflow()
     try:
         a, b = Side.parse(args.a), Side.parse(args.b)
-        rows = compare_sides(Warehouse.from_airflow(read_only=True), a, b, args.point, args.metric)
+        outcome = compare_runs(Warehouse.from_airflow(read_only=True), a, b, args.point, args.metric)
     except (ValueError, LookupError, FileNotFoundError) as exc:
         print(f"bench compare: {exc}", file=sys.stderr)
         return 1
-    if not rows:
+    print(f"A: {outcome.a.describe()}")
+    print(f"B: {outcome.b.describe()}")
+    if not outcome.rows:
         print(f"bench compare: {a} and {b} share no point and metric", file=sys.stderr)
         return 1
-    print(f"{b} against {a}: ratio of means B/A, 95 % interval and Welch's t on the logs")
-    for row in rows:
-        r = row.result
-        figures = (
-            f"A {r.a.mean:10.4g} ± {(r.a.ci_high - r.a.mean):<8.3g} B {r.b.mean:10.4g} ± "
-            f"{(r.b.ci_high - r.b.mean):<8.3g} "
-            if r
-            else ""
-        )
-        print(f"{row.point:<18} {row.metric:<20} {figures}{row.verdict(b)}")
+    print(f"{b} against {a}: {RATIO}")
+    for warning in outcome.warnings:
+        print(f"warning: {warning}")
+    for row in outcome.rows:
+        print(f"{row.point:<18} {row.metric:<20} A {_figure(row.a, row.a_values)} B {_figure(row.b, row.b_values)} "
+              f"{row.verdict(b)}")  # fmt: skip
     return 0
+
+
+def _figure(summary: Any, count: int) -> str:
+    """``1234 ± 12`` (the mean and half its 95 % interval), ``1234 (one value)``, or ``-`` (no value)."""
+    if summary is None:
+        return f"{'-':<21}"
+    if summary.n < 2:
+        return f"{summary.mean:10.4g} (one value)"
+    return f"{summary.mean:10.4g} ± {(summary.ci_high - summary.mean):<8.3g}"
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -222,9 +234,13 @@ SUBCOMMANDS: list[tuple[str, Callable[[argparse.Namespace], int], str, str, list
         arg("query", help='SQL, e.g. "SELECT * FROM runs ORDER BY started_at DESC LIMIT 5"'),
     ]),
     ("compare", cmd_compare, "compare two configs, runs or nights",
-     "Compare side B with side A at every point both have (a concurrency, an M): the ratio of their means with its "
-     "95 %% interval (Welch's t on the logs over the repeats) and whether the difference is real. A side is "
-     "CAMPAIGN[:CONFIG][@RUN_ID or @YYYY-MM-DD]; without @, the latest valid run.", [
+     "Compare side B with side A at every point both have (a concurrency, an M): the ratio of their geometric "
+     "means with its "
+     "95 % interval (Welch's t on the logs over the repeats) and whether the difference is real. A side is "
+     "CAMPAIGN[:CONFIG][@RUN_ID or @YYYY-MM-DD]; without @, the latest valid run. A side stands for one run and "
+     "one config: a campaign with several configs needs :CONFIG, a night with several valid runs needs @RUN_ID, "
+     "and each is refused naming the choices. The runs compared are printed, points in numeric order, and a "
+     "warning for each point whose settings (prompts, lengths) differ. B/A is the ratio of the geometric means.", [
         arg("a", help="the reference, e.g. serving_tp4 or serving_local:single"),
         arg("b", help="the other side, e.g. serving_pd or serving_local:pd@2026-11-28"),
         arg("--point", help="one point only, e.g. concurrency=16 or m=256"),

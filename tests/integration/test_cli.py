@@ -125,3 +125,87 @@ def test_pools_creates_one_slot_per_host_once_and_keeps_an_operators_change(airf
     again = bench("pools")
     assert "bench_host_gpu_rtxpro6000: exists, 2 slot(s)" in again.stdout and "created" not in again.stdout
     assert Pool.get_pool("bench_host_gpu_rtxpro6000").slots == 2
+
+
+def compare_warehouse(var: Path) -> dict[str, str]:
+    """A DuckDB warehouse under ``var`` as loads leave it: ``cmp_two`` (serving, configs tp4 and pd, 3 repeats at
+    concurrency 1, 8, 16) has a scheduled and a manual run last night (the manual one ran 16 prompts at c=16)
+    and one tonight; ``cmp_k`` (kernel) two runs of one value a point."""
+    import random
+
+    from benchflow import kinds
+    from benchflow.warehouse import Warehouse
+    from tests.integration.test_analytics import kernel_rows, night_run, serving_row
+
+    warehouse = Warehouse.at(var / "warehouse.duckdb")
+    warehouse.migrate()
+    rng = random.Random(3)
+    runs = {}
+    for name, night, run_type, prompts_at_16 in (
+        ("scheduled", 1, "scheduled", 32),
+        ("manual", 1, "manual", 16),
+        ("tonight", 0, "scheduled", 32),
+    ):
+        rows = []
+        for config in ("tp4", "pd"):
+            for concurrency in (1, 8, 16):
+                for repeat in (1, 2, 3):
+                    row = serving_row(config, concurrency, 100.0 * concurrency * (1 + rng.gauss(0, 0.03)))
+                    prompts = prompts_at_16 if concurrency == 16 else 32
+                    rows.append({**row, "repeat": repeat, "num_prompts": prompts, "completed": prompts})
+        run = night_run("cmp_two", night, run_type=run_type)
+        warehouse.load(run, kinds.get("serving"), rows)
+        runs[name] = run.run_id
+    for name, night in (("k1", 2), ("k2", 1)):
+        run = night_run("cmp_k", night)
+        warehouse.load(run, kinds.get("kernel"), kernel_rows(1.0, rng))
+        runs[name] = run.run_id
+    runs["last_night"] = night_run("cmp_two", 1).run_id.split("__")[1][:10]
+    return runs
+
+
+def test_compare_refuses_an_ambiguous_side_names_its_runs_and_says_what_it_computes(tmp_path, airflow_db):
+    import os
+
+    var = tmp_path / "var"
+    var.mkdir()
+    runs = compare_warehouse(var)
+    env = {**os.environ, "BENCH_VAR_DIR": str(var)}
+
+    def compare(*args):
+        return subprocess.run([BENCH, "compare", *args], capture_output=True, text=True, env=env, timeout=120)
+
+    pooled = compare("cmp_two", "cmp_two:pd")  # no config on a two-config campaign
+    assert pooled.returncode == 1 and "has 2 configs (pd, tp4)" in pooled.stderr, pooled.stderr
+    assert "cmp_two:pd, cmp_two:tp4" in pooled.stderr
+    night = compare(f"cmp_two:tp4@{runs['last_night']}", "cmp_two:pd")
+    assert night.returncode == 1 and "2 valid runs that night" in night.stderr, night.stderr
+    assert runs["scheduled"] in night.stderr and runs["manual"] in night.stderr
+    for when, said in (("yesterday", "@yesterday is neither a night"), ("2026-13-45", "@2026-13-45 is not a date")):
+        unreadable = compare(f"cmp_two:tp4@{when}", "cmp_two:pd")
+        assert unreadable.returncode == 1 and said in unreadable.stderr, unreadable.stderr
+        assert "share no point" not in unreadable.stderr
+
+    result = compare(f"cmp_two:tp4@{runs['scheduled']}", f"cmp_two:tp4@{runs['manual']}")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    lines = lines[next(i for i, line in enumerate(lines) if line.startswith("A: ")) :]  # after Airflow's warnings
+    assert lines[0].startswith(f"A: cmp_two:tp4@{runs['scheduled']} = run {runs['scheduled']} (night ")
+    assert lines[1].startswith(f"B: cmp_two:tp4@{runs['manual']} = run {runs['manual']} (night ")
+    assert "B/A is the ratio of the geometric means" in lines[2] and "ratio of means" not in result.stdout
+    warnings = [line for line in lines if line.startswith("warning:")]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: concurrency=16: the sides ran different settings")
+    assert "num_prompts=32" in warnings[0] and "num_prompts=16" in warnings[0]
+    points = [line.split()[0] for line in lines if line.startswith("concurrency=")]
+    assert points == sorted(points, key=lambda p: int(p.split("=")[1])) and points[:1] == ["concurrency=1"]
+    assert {"concurrency=1", "concurrency=8", "concurrency=16"} == set(points)
+    latest = compare("cmp_two:tp4", "cmp_two:pd")  # the latest valid run, each config
+    assert latest.returncode == 0 and f"run {runs['tonight']}" in latest.stdout, latest.stderr
+
+    single = compare(f"cmp_k@{runs['k1']}", f"cmp_k@{runs['k2']}")  # one value a side: both are shown
+    assert single.returncode == 0, single.stderr
+    row = next(line for line in single.stdout.splitlines() if line.startswith("m=16 ") and "tok_per_s" in line)
+    assert row.count("(one value)") == 2 and "not comparable: 1 and 1 values" in row
+
+    helped = subprocess.run([BENCH, "compare", "--help"], capture_output=True, text=True, env=env)
+    assert "95 % interval" in " ".join(helped.stdout.split()) and "%%" not in helped.stdout

@@ -1,11 +1,17 @@
 """``bench up`` / ``bench down`` as a user runs them: the real CLI starts the project's Airflow here (LocalExecutor,
 the local PostgreSQL as metadata DB), the campaigns appear in the REST API, one runs to success and shows in
-the Benchmarks view, and ``bench down`` leaves no process behind."""
+the Benchmarks view, and ``bench down`` leaves no process behind. A ``bench run`` made before is in the same
+Airflow; two ``bench up`` at once start one stack; it listens on 127.0.0.1 only (8793/8794 taken changes
+nothing); a component that does not come up fails ``bench up`` naming it, with nothing left running."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import socket
+import stat
 import subprocess
 import sys
 import textwrap
@@ -13,6 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 import requests
 
@@ -58,28 +65,105 @@ def local_env(tmp_path):
     pg_admin(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
+def ours(var: Path) -> list[psutil.Process]:
+    """This test's processes of the stack: those writing into its var folder (the components' output goes to
+    var/logs/) or whose BENCH_VAR_DIR is it (setproctitle can hide a process's environment)."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if os.readlink(f"/proc/{proc.pid}/fd/1").startswith(str(var)):
+                found.append(proc)
+            elif proc.environ().get("BENCH_VAR_DIR") == str(var):
+                found.append(proc)
+    return found
+
+
+@contextlib.contextmanager
+def held(*ports: int):
+    """Listen on these ports (on every interface, as another program would); one already taken stays taken."""
+    sockets = []
+    for port in ports:
+        sock = socket.socket()
+        try:
+            sock.bind(("0.0.0.0", port))  # as another program holding it would
+            sock.listen()
+            sockets.append(sock)
+        except OSError:
+            sock.close()  # taken by someone else already: the condition holds
+    try:
+        yield
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def test_bench_up_runs_a_campaign_and_bench_down_stops_everything(local_env):
     env, var = local_env
-    port = free_port()
-    started = subprocess.run(
-        [str(BENCH), "up", "--port", str(port)], env=env, capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT
+    ran = subprocess.run(
+        [str(BENCH), "run", "up_smoke"], env=env, capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT
     )
-    assert started.returncode == 0, started.stdout + started.stderr
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    run_by_bench_run = re.search(r"run (manual__\S+): success", ran.stdout)
+    assert run_by_bench_run, ran.stdout
+    assert re.search(r"ok +preflight +success", ran.stdout), ran.stdout  # it watched its run in that database
+    record = var / "airflow" / "metadata_db.json"
+    assert stat.S_IMODE(record.stat().st_mode) == 0o600
+    assert json.loads(record.read_text())["uri"].endswith("/" + env["BENCH_UP_PG_DATABASE"])
+
+    port = free_port()
+    command = [str(BENCH), "up", "--port", str(port)]
+    with held(8793, 8794):  # the log servers' ports, taken: bench up starts none
+        both = [
+            subprocess.Popen(
+                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PROJECT_ROOT
+            )
+            for _ in range(2)
+        ]
+        outputs = [proc.communicate(timeout=400) for proc in both]
+    for proc, (stdout, stderr) in zip(both, outputs, strict=True):
+        assert proc.returncode == 0, stdout + stderr
+    assert sum("already up" in stdout for stdout, _ in outputs) == 1  # two at once: one stack
+    started = next(stdout for stdout, _ in outputs if "already up" not in stdout)
     url = f"http://127.0.0.1:{port}"
     password = json.loads((var / "local-airflow" / "passwords.json").read_text())["admin"]
-    assert f"Airflow UI:  {url}" in started.stdout and f"password {password}" in started.stdout
-    assert "metadata DB: the local PostgreSQL" in started.stdout
-    state = json.loads((var / "local-airflow" / "stack.json").read_text())
+    assert f"Airflow UI:  {url}" in started and f"password {password}" in started
+    assert "metadata DB: the local PostgreSQL" in started
+    state_file = var / "local-airflow" / "stack.json"
+    assert stat.S_IMODE(state_file.stat().st_mode) == 0o600  # it holds the metadata DB's URI
+    state = json.loads(state_file.read_text())
     assert set(state["pids"]) == {"api-server", "scheduler", "dag-processor", "triggerer"}
+    assert sorted(p.pid for p in ours(var) if p.pid in state["pids"].values()) == sorted(state["pids"].values())
+    listening = {
+        (c.laddr.ip, c.laddr.port)
+        for proc in ours(var)
+        for c in proc.net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
+    }
+    assert listening == {("127.0.0.1", port)}, listening  # the api-server alone, on loopback
 
-    again = subprocess.run(
-        [str(BENCH), "up", "--port", str(port)], env=env, capture_output=True, text=True, timeout=60, cwd=PROJECT_ROOT
-    )
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, cwd=PROJECT_ROOT)
     assert again.returncode == 0 and "already up" in again.stdout  # idempotent
+    other = subprocess.run(
+        [str(BENCH), "up", "--port", str(free_port())], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert other.returncode == 1 and f"already up on port {port}" in other.stderr and "not applied" in other.stderr
 
     token = requests.post(f"{url}/auth/token", json={"username": "admin", "password": password}, timeout=30)
     headers = {"Authorization": f"Bearer {token.json()['access_token']}"}
     api = f"{url}/api/v2"
+    health = requests.get(f"{api}/monitor/health", timeout=30).json()
+    assert {health[k]["status"] for k in ("metadatabase", "scheduler", "triggerer", "dag_processor")} == {"healthy"}
+    listed = requests.get(f"{api}/dags/bench_up_smoke/dagRuns", headers=headers, timeout=30).json()["dag_runs"]
+    assert run_by_bench_run[1] in {r["dag_run_id"] for r in listed}  # bench run's run, in bench up's Airflow
+    page = requests.get(f"{api}/dags/bench_up_smoke/dagRuns/{run_by_bench_run[1]}", headers=headers, timeout=30)
+    assert page.status_code == 200 and page.json()["state"] == "success"
+    deadline = time.monotonic() + 120
+    while (report := requests.get(f"{api}/dags/bench_report", headers=headers, timeout=30)).status_code != 200:
+        assert time.monotonic() < deadline, "the report DAG never appeared"
+        time.sleep(2)
+    assert report.json()["is_paused"] is False  # it draws the plots of every load
     deadline = time.monotonic() + 120
     while requests.get(f"{api}/dags/bench_up_smoke", headers=headers, timeout=30).status_code != 200:
         assert time.monotonic() < deadline, "the campaign never appeared"
@@ -114,3 +198,24 @@ def test_bench_up_runs_a_campaign_and_bench_down_stops_everything(local_env):
     assert not (var / "local-airflow" / "stack.json").exists()
     with pytest.raises(requests.ConnectionError):
         requests.get(f"{api}/monitor/health", timeout=5)
+    assert ours(var) == []
+
+
+def test_bench_up_fails_naming_what_did_not_come_up_and_leaves_nothing_running(local_env):
+    env, var = local_env
+    port = free_port()
+    with held(port):
+        taken = subprocess.run([str(BENCH), "up", "--port", str(port)], env=env, capture_output=True, text=True)
+    assert taken.returncode == 1 and f"port {port} (the api-server" in taken.stderr, taken.stderr
+    assert ours(var) == [] and not (var / "local-airflow" / "stack.json").exists()
+
+    impatient = {**env, "BENCH_UP_TIMEOUT": "1"}  # no component gets healthy in one second
+    failed = subprocess.run(
+        [str(BENCH), "up", "--port", str(port)], env=impatient, capture_output=True, text=True, timeout=300
+    )
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "not healthy within 1 s" in failed.stderr and "airflow api-server" in failed.stderr, failed.stderr
+    assert "api-server.log ends:" in failed.stderr and "Traceback" not in failed.stderr
+    assert "stopped every component" in failed.stdout
+    assert ours(var) == [] and not (var / "local-airflow" / "stack.json").exists()
+    assert "not running" in subprocess.run([str(BENCH), "down"], env=env, capture_output=True, text=True).stdout

@@ -1,28 +1,45 @@
 """Two sides, point by point: configs, runs or nights, with a ratio, its interval and a verdict.
 
 A side is ``CAMPAIGN[:CONFIG][@WHEN]``: ``serving_pd``, ``serving_local:single``, ``serving_tp4@2026-11-28``
-(the last valid run of that night), ``moe_kernel_nightly@scheduled__2026-11-29T02:00:00+00:00`` (one run).
+(the one valid run of that night), ``moe_kernel_nightly@scheduled__2026-11-29T02:00:00+00:00`` (one run).
 Without ``@`` it is the campaign's latest valid run. Each point (a concurrency level, a token count M) and
 trend metric of the two sides is compared with :func:`benchflow.stats.compare`.
+
+A side stands for exactly one run and one config, or it is refused, saying what to write:
+
+* a side without ``:CONFIG`` whose run has several configs (pooling them would compare a mix);
+* ``@YYYY-MM-DD`` of a night with several valid runs (each is listed: name one by its run id);
+* ``@WHEN`` that is neither a night nor a valid run id of the campaign (``@yesterday``), or a date that is none.
+
+What is compared is said: the run each side stands for, and a warning for every point whose settings (the
+kind's run arguments: a serving phase's prompt count, input and output lengths) differ between the sides.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import date
 from typing import TYPE_CHECKING
 
 from benchflow import kinds
-from benchflow.stats import Comparison, compare
+from benchflow.stats import Comparison, Summary, compare, summarize
 from benchflow.warehouse import queries
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from benchflow.kinds import ResultKind
     from benchflow.warehouse import Warehouse
 
 _SIDE = re.compile(r"^(?P<campaign>[a-z][a-z0-9_]*)(?::(?P<config>[a-z][a-z0-9_]*))?(?:@(?P<when>\S+))?$")
 _NIGHT = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_DATE_LIKE = re.compile(r"^\d{4}-\d{1,2}-\d{1,2}$")
+RATIO = (
+    "B/A is the ratio of the geometric means (exp of the mean of log B minus the mean of log A), its 95 % "
+    "interval from Welch's t on the logs; A and B are each side's arithmetic mean ± half its 95 % interval"
+)
 
 
 @dataclass(frozen=True)
@@ -36,10 +53,33 @@ class Side:
         match = _SIDE.match(text)
         if match is None:
             raise ValueError(f"{text!r} is not CAMPAIGN[:CONFIG][@RUN_ID or @YYYY-MM-DD]")
-        return cls(match["campaign"], match["config"], match["when"])
+        when = match["when"]
+        if when is not None and _DATE_LIKE.match(when):
+            try:
+                if not _NIGHT.match(when):
+                    raise ValueError(when)
+                date.fromisoformat(when)
+            except ValueError:
+                raise ValueError(f"{text!r}: @{when} is not a date (YYYY-MM-DD)") from None
+        return cls(match["campaign"], match["config"], when)
 
     def __str__(self) -> str:
         return self.campaign + (f":{self.config}" if self.config else "") + (f"@{self.when}" if self.when else "")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The run (and config) a side stands for."""
+
+    side: Side
+    run_id: str
+    night: str
+    run_type: str
+    samples: pd.DataFrame = field(repr=False, compare=False)
+
+    def describe(self) -> str:
+        config = f", config {self.side.config}" if self.side.config else ""
+        return f"{self.side} = run {self.run_id} (night {self.night}, {self.run_type}{config})"
 
 
 @dataclass(frozen=True)
@@ -49,43 +89,163 @@ class Row:
     result: Comparison | None  # None: too few repeats on a side for an interval
     a_values: int
     b_values: int
+    a: Summary | None = None  # each side's figures, also when they cannot be compared
+    b: Summary | None = None
 
     def verdict(self, b: Side) -> str:
         if self.result is None:
-            return f"not comparable: {self.a_values} and {self.b_values} values (2 a side needed)"
+            return f"not comparable: {self.a_values} and {self.b_values} values (2 a side needed for an interval)"
         return self.result.verdict(str(b))
 
 
-def run_of(warehouse: Warehouse, side: Side) -> str:
-    """The run a side stands for."""
-    if side.when and not _NIGHT.match(side.when):
-        return side.when
-    runs = queries.valid_runs_of(warehouse, side.campaign, side.when)
-    if not len(runs):
-        raise LookupError(f"no valid run of {side}")
-    return str(runs["run_id"].iloc[0])
+@dataclass(frozen=True)
+class Outcome:
+    a: Resolved
+    b: Resolved
+    rows: list[Row]
+    warnings: list[str]
 
 
-def samples(warehouse: Warehouse, side: Side) -> pd.DataFrame:
-    return queries.run_samples(warehouse, side.campaign, run_of(warehouse, side), side.config)
+def point_order(point: str) -> tuple[tuple[str, float, str], ...]:
+    """``concurrency=8`` before ``concurrency=16``: each ``name=value`` part by name, then by number."""
+    key = []
+    for part in point.split(","):
+        name, _, value = part.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.inf
+        key.append((name, number if math.isfinite(number) else math.inf, value))
+    return tuple(key)
 
 
-def compare_sides(
-    warehouse: Warehouse, a: Side, b: Side, point: str | None = None, metric: str | None = None
-) -> list[Row]:
-    """Every point and metric both sides have (or the one asked for), ``b`` against ``a``."""
-    left, right = samples(warehouse, a), samples(warehouse, b)
+def _run(warehouse: Warehouse, side: Side) -> tuple[str, str, str]:
+    """(run id, night, run type) of the one valid run a side stands for; LookupError saying why not one."""
+    if side.when and _NIGHT.match(side.when):
+        runs = queries.valid_runs_of(warehouse, side.campaign, side.when)
+        if not len(runs):
+            raise LookupError(f"{side}: no valid run of {side.campaign} on the night {side.when}")
+        if len(runs) > 1:
+            listed = ", ".join(f"{r.run_id} ({r.run_type})" for r in runs.itertuples())
+            raise LookupError(
+                f"{side}: {len(runs)} valid runs that night ({listed}); name one: {side.campaign}"
+                f"{':' + side.config if side.config else ''}@RUN_ID"
+            )
+        found = runs.iloc[0]
+    else:
+        runs = queries.valid_runs_of(warehouse, side.campaign)
+        if not len(runs):
+            raise LookupError(f"{side}: {side.campaign} has no valid run")
+        if side.when is None:
+            found = runs.iloc[0]
+        else:
+            chosen = runs[runs["run_id"] == side.when]
+            if not len(chosen):
+                newest = ", ".join(str(r) for r in runs["run_id"].head(3))
+                raise LookupError(
+                    f"{side}: @{side.when} is neither a night (YYYY-MM-DD) nor a valid run of {side.campaign} "
+                    f"(its newest: {newest})"
+                )
+            found = chosen.iloc[0]
+    return str(found["run_id"]), str(found["night"])[:10], str(found["run_type"])
+
+
+def resolve(warehouse: Warehouse, side: Side) -> Resolved:
+    """The run and config ``side`` stands for, with its samples; LookupError when it is ambiguous or absent."""
+    run_id, night, run_type = _run(warehouse, side)
+    samples = queries.run_samples(warehouse, side.campaign, run_id)
+    configs = sorted({str(c) for c in samples["config"].dropna()})
+    if side.config is None and len(configs) > 1:
+        options = ", ".join(f"{side.campaign}:{c}" for c in configs)
+        raise LookupError(
+            f"{side}: run {run_id} has {len(configs)} configs ({', '.join(configs)}); a side is one of them: {options}"
+        )
+    if side.config is not None:
+        if side.config not in configs:
+            raise LookupError(f"{side}: run {run_id} has no config {side.config!r} (it has: {', '.join(configs)})")
+        samples = samples[samples["config"] == side.config]
+    return Resolved(side, run_id, night, run_type, samples)
+
+
+def _kinds_of(metrics: set[str]) -> list[ResultKind]:
+    return [kind for kind in kinds.all_kinds() if metrics & {t.column for t in kind.trend} and kind.row_defaults]
+
+
+def _settings(warehouse: Warehouse, kind: ResultKind, side: Resolved) -> dict[str, set[tuple[str, ...]]]:
+    frame = queries.point_settings(
+        warehouse, kind, side.side.campaign, side.run_id, kind.row_defaults, side.side.config
+    )
+    found: dict[str, set[tuple[str, ...]]] = {}
+    for record in frame.to_dict("records"):
+        found.setdefault(str(record["point"]), set()).add(tuple(f"{c}={_text(record[c])}" for c in kind.row_defaults))
+    return found
+
+
+def _text(value: object) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "?"
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def setting_warnings(warehouse: Warehouse, a: Resolved, b: Resolved, points: list[str]) -> list[str]:
+    """A line for every compared point whose run settings differ between the sides."""
+    metrics = {str(m) for m in a.samples["metric"]} | {str(m) for m in b.samples["metric"]}
+    lines = []
+    for kind in _kinds_of(metrics):
+        left, right = _settings(warehouse, kind, a), _settings(warehouse, kind, b)
+        for at in points:
+            mine, theirs = left.get(at, set()), right.get(at, set())
+            if mine and theirs and mine != theirs:
+                lines.append(
+                    f"{at}: the sides ran different settings: A {_joined(mine)}; B {_joined(theirs)}; their "
+                    "figures measure different work"
+                )
+    return lines
+
+
+def _joined(settings: set[tuple[str, ...]]) -> str:
+    return " or ".join(" ".join(s) for s in sorted(settings))
+
+
+def _summary(values: list[float]) -> Summary | None:
+    try:
+        return summarize(values)
+    except ValueError:
+        return None
+
+
+def _rows(left: pd.DataFrame, right: pd.DataFrame, point: str | None, metric: str | None) -> list[Row]:
     rows: list[Row] = []
-    for (at, name), mine in left.groupby(["point", "metric"], sort=True):
+    for (at, name), mine in left.groupby(["point", "metric"], sort=False):
         if (point and at != point) or (metric and name != metric):
             continue
         theirs = right[(right["point"] == at) & (right["metric"] == name)]
         if not len(theirs):
             continue
-        values_a, values_b = list(mine["value"]), list(theirs["value"])
+        values_a, values_b = [float(v) for v in mine["value"]], [float(v) for v in theirs["value"]]
         try:
             result = compare(values_a, values_b, kinds.trend_direction(str(name)))
         except ValueError:
             result = None
-        rows.append(Row(str(at), str(name), result, len(values_a), len(values_b)))
-    return rows
+        rows.append(
+            Row(str(at), str(name), result, len(values_a), len(values_b), _summary(values_a), _summary(values_b))
+        )
+    return sorted(rows, key=lambda r: (point_order(r.point), r.metric))
+
+
+def compare_runs(
+    warehouse: Warehouse, a: Side, b: Side, point: str | None = None, metric: str | None = None
+) -> Outcome:
+    """Every point and metric both sides have (or the one asked for), ``b`` against ``a``, points in numeric
+    order, with the runs compared and the points whose settings differ."""
+    left, right = resolve(warehouse, a), resolve(warehouse, b)
+    rows = _rows(left.samples, right.samples, point, metric)
+    points = sorted({r.point for r in rows}, key=point_order)
+    return Outcome(left, right, rows, setting_warnings(warehouse, left, right, points))
+
+
+def compare_sides(
+    warehouse: Warehouse, a: Side, b: Side, point: str | None = None, metric: str | None = None
+) -> list[Row]:
+    """The rows of :func:`compare_runs`."""
+    return compare_runs(warehouse, a, b, point, metric).rows

@@ -16,6 +16,7 @@ def child_main(argv: list[str]) -> int:
     """Set up, run the DAG once (the arguments: see the module's docstring)."""
     spec_path, when_iso, conf_json, result_file = argv
     from benchflow.airflow_setup import configure_airflow, ensure_pools
+    from benchflow.local_stack import leave_to_dag_test
     from benchflow.paths import PROJECT_ROOT
     from benchflow.spec import load_spec
 
@@ -31,6 +32,7 @@ def child_main(argv: list[str]) -> int:
     if dag is None:
         Path(result_file).write_text(json.dumps({"error": f"DAG {spec.dag_id} not found: {bag.import_errors}"}))
         return 1
+    leave_to_dag_test(dag)
     from benchflow.warehouse import Warehouse
 
     Warehouse.from_airflow().migrate()

@@ -183,6 +183,24 @@ def run_samples(
     return w.query(sql, params)
 
 
+def point_settings(
+    w: Warehouse, kind: ResultKind, campaign: str, run_id: str, columns: tuple[str, ...], config: str | None = None
+) -> pd.DataFrame:
+    """The distinct ``columns`` (run settings such as a phase's prompt count) of each point of a run's measured
+    rows (of one configuration): what ``bench compare`` checks both sides ran alike."""
+    p = w.p
+    chosen = ", ".join(kind.column(c).name for c in columns)
+    sql = (
+        f"SELECT DISTINCT {kindsql.point_sql(kind)} AS point, {chosen} FROM {kind.wide_view} "
+        f"WHERE campaign = {p} AND run_id = {p} AND {kindsql.measured_sql(kind)}"
+    )
+    params = [campaign, run_id]
+    if config is not None:
+        sql += f" AND {kindsql.group_sql(kind)} = {p}"
+        params.append(config)
+    return w.query(sql, params)
+
+
 def valid_runs_of(w: Warehouse, campaign: str, night: str | None = None) -> pd.DataFrame:
     """The campaign's valid runs (of one night, ``YYYY-MM-DD``), newest first."""
     p = w.p
