@@ -88,6 +88,7 @@ class AirflowStack:
             "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAG_IGNORE_FILE_SYNTAX": "regexp",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
             "AIRFLOW__CORE__PARALLELISM": "64",
             "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "16",

@@ -29,6 +29,7 @@ os.environ.update(
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAG_IGNORE_FILE_SYNTAX": "regexp",  # see benchflow.airflow_setup
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://postgres@127.0.0.1:5432/{TEST_DB}",
         "GX_ANALYTICS_ENABLED": "false",
     }

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchflow.airflow_setup import IGNORE_FILE_SYNTAX
 from benchflow.paths import PROJECT_ROOT, var_dir
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
@@ -250,6 +251,7 @@ def environment(paths: Paths, db_uri: str, port: int) -> dict[str, str]:
             "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAG_IGNORE_FILE_SYNTAX": IGNORE_FILE_SYNTAX,
             "AIRFLOW__CORE__PARALLELISM": "1" if sqlite else "16",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
             "AIRFLOW__API__BASE_URL": url,
