@@ -473,23 +473,25 @@ def telemetry_chart(samples: pd.DataFrame, phases: pd.DataFrame, what: str, run_
             fig.update_yaxes(title={"text": escape(column.heading)}, rangemode="tozero", row=row, col=1)
     shaded = phases.drop_duplicates(["phase_start", "phase_end"]) if len(phases) else phases
     throttled = {(r.phase_start, r.phase_end) for r in phases.itertuples() if _true(r.throttled)}
+    shapes, notes = [], []
     for number_, r in enumerate(shaded.itertuples()):
         hot = (r.phase_start, r.phase_end) in throttled
-        fig.add_vrect(
-            x0=clock(float(r.phase_start)), x1=clock(float(r.phase_end)), line_width=0, layer="below",
-            fillcolor="#feb2b2" if hot else ("#bee3f8" if number_ % 2 == 0 else "#e9d8fd"), opacity=0.45,
-            row="all", col=1,
+        shapes.append(
+            {"type": "rect", "xref": "x", "yref": "paper", "x0": clock(float(r.phase_start)), "y0": 0,
+             "x1": clock(float(r.phase_end)), "y1": 1, "line": {"width": 0}, "layer": "below", "opacity": 0.45,
+             "fillcolor": "#feb2b2" if hot else ("#bee3f8" if number_ % 2 == 0 else "#e9d8fd")}
         )  # fmt: skip
         if len(shaded) <= 40:
             same = phases[(phases["phase_start"] == r.phase_start) & (phases["phase_end"] == r.phase_end)]
             reasons = sorted({str(v) for v in same["throttle_reasons"] if isinstance(v, str) and v})
-            fig.add_annotation(
-                x=clock((float(r.phase_start) + float(r.phase_end)) / 2), y=1.0, xref="x", yref="paper",
-                yanchor="bottom", showarrow=False, font={"size": 9, "color": charts.MARK if hot else "#444"},
-                text=escape(phase_label(r).replace("concurrency=", "c=").replace("repeat=", "r")),
-                hovertext=escape(f"{phase_label(r)}: {clock(float(r.phase_start))} – {clock(float(r.phase_end))}"
-                                 + (f"; throttled: {', '.join(reasons)}" if hot else "")),
+            notes.append(
+                {"x": clock((float(r.phase_start) + float(r.phase_end)) / 2), "y": 1.0, "xref": "x", "yref": "paper",
+                 "yanchor": "bottom", "showarrow": False, "font": {"size": 9, "color": charts.MARK if hot else "#444"},
+                 "text": escape(phase_label(r).replace("concurrency=", "c=").replace("repeat=", "r")),
+                 "hovertext": escape(f"{phase_label(r)}: {clock(float(r.phase_start))} – {clock(float(r.phase_end))}"
+                                     + (f"; throttled: {', '.join(reasons)}" if hot else ""))}
             )  # fmt: skip
+    fig.update_layout(shapes=shapes, annotations=notes)  # one validation for all (add_vrect is one per call)
     fig.update_xaxes(type="date", hoverformat="%H:%M:%S.%L")
     fig.update_xaxes(title={"text": "t (UTC)"}, row=len(columns), col=1)
     fig.update_layout(
