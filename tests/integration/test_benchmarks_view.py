@@ -350,6 +350,10 @@ def test_chromium_draws_every_chart_with_the_local_plotly_and_its_error_bars(ser
             assert page.locator("g.errorbar path").count() > 0  # the intervals, drawn
             assert page.locator("g.legend").filter(has_text="tp4").count() > 0
             page.screenshot(path=tmp_path / "serving.png", full_page=True)
+            # the kernel page: the regressions are a legend entry of both trend charts (tests/stack/test_ui.py)
+            page.goto(f"{served}/campaign/moe_kernel_nightly")
+            page.wait_for_function("document.querySelectorAll('.plot-area[data-drawn]').length >= 4")
+            assert page.locator("g.legend text.legendtext", has_text="regression").count() == 2
         finally:
             browser.close()
     assert not errors
