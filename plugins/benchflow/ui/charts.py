@@ -23,7 +23,7 @@ import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from html import escape
 from importlib import resources
 from pathlib import Path
@@ -230,9 +230,14 @@ def _figure(data: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
 
 def line_chart(series: Sequence[Series], x: Axis, y: Axis, title: str, unit: str = "") -> go.Figure:
     """Lines of points (with error bars where repeats exist), every series in the legend."""
+    x_layout = x.layout()
+    times = {p.x for s in series for p in s.points}
+    if x.type == "date" and len(times) == 1:  # one run: a day around it, not a millisecond
+        only = datetime.fromisoformat(str(next(iter(times))))
+        x_layout["range"] = [when(only - timedelta(hours=12)), when(only + timedelta(hours=12))]
     return _figure(
         traces(series, x, unit),
-        {"title": {"text": escape(title)}, "xaxis": x.layout(), "yaxis": y.layout(), "showlegend": True},
+        {"title": {"text": escape(title)}, "xaxis": x_layout, "yaxis": y.layout(), "showlegend": True},
     )
 
 

@@ -52,6 +52,7 @@ def _f(value: Any) -> float | None:
 
 
 def _section(title: str, figures: Sequence[str]) -> str:
+    figures = [f for f in figures if f]
     return f'<h2>{escape(title)}</h2><div class="charts">{"".join(figures)}</div>' if figures else ""
 
 
@@ -116,9 +117,10 @@ def trend_figures(
                 for r in rows.itertuples()
             ]
             series.append(Series(str(case), points))
-        y = value_axis(f"{column.heading}, {kind.better(metric)} is better", part["value"].astype(float))
+        y = value_axis(column.heading, part["value"].astype(float))
         fig = charts.line_chart(series, Axis(RUN_TIME, "date"), y, f"{metric}: trend", column.unit)
-        out.append(charts.render(fig, f"{len(series)} series, each a case; bars: 95 % interval of the run's mean"))
+        bars = "; bars: 95 % interval of the run's mean" if (part["n"] > 1).any() else "; one value a run: no interval"
+        out.append(charts.render(fig, f"{kind.better(metric)} is better; {len(series)} series, each a case{bars}"))
     return out
 
 
@@ -182,15 +184,16 @@ def point_chart(
     levels = [float(v) for v in frame[axis]] if numeric else []
     x = level_axis(kind.column(axis).heading, levels) if numeric else Axis(kind.column(axis).heading, "category")
     means = [p.y for s in series for p in s.points]
-    better = f", {kind.better(metric)} is better" if metric in kind.trends() else ""
-    fig = charts.line_chart(series, x, value_axis(column.heading + better, means), comparison_title(kind, metric),
-                            column.unit)  # fmt: skip
+    better = f"{kind.better(metric)} is better; " if metric in kind.trends() else ""
+    fig = charts.line_chart(series, x, value_axis(column.heading, means), comparison_title(kind, metric), column.unit)
     if left:
         fig.add_trace(charts.left_out(left, x, column.unit))
     repeats = max((p.n for s in series for p in s.points), default=0)
     caption = (
-        "mean of the ok repeats, bars: 95 % interval" if repeats > 1 else "one value per case: no interval to draw"
-    ) + (f"; {len(left)} row(s) left out of the means (grey crosses)" if left else "")
+        better
+        + ("mean of the ok repeats, bars: 95 % interval" if repeats > 1 else "one value per case: no interval to draw")
+        + (f"; {len(left)} row(s) left out of the means (grey crosses)" if left else "")
+    )
     return fig, caption
 
 
@@ -350,24 +353,27 @@ def search_chart(result: dict[str, Any], run_id: str = "") -> tuple[go.Figure, s
             fig.add_hline(
                 y=limit,
                 line={"color": "#555", "dash": "dash"},
-                annotation_text=f"SLO {escape(key)} ≤ {number(limit)}",
-                annotation_position="top left",
+                name=f"SLO {escape(key)} ≤ {number(limit)}",  # shapes in the legend: an annotation at x on a
+                showlegend=True,  # log axis would be read as 10^x and stretch the axis
                 row=1,
                 col=col,
             )
         if pass_load is not None and fail_load is not None:
-            fig.add_vrect(x0=pass_load, x1=fail_load, fillcolor="#fbd38d", opacity=0.3, line_width=0, row=1, col=col)
+            fig.add_vrect(x0=pass_load, x1=fail_load, fillcolor="#fbd38d", opacity=0.3, line_width=0, row=1, col=col,
+                          name=f"bracket {number(pass_load)} – {number(fail_load)}", showlegend=col == 1)  # fmt: skip
         if pass_load is not None:
             fig.add_vline(
                 x=pass_load,
                 line={"color": "#2f855a", "width": 2},
-                annotation_text=f"answer {number(pass_load)}",
-                annotation_position="top right",
+                name=f"answer: {number(pass_load)} (highest load that passed)",
+                showlegend=col == 1,
                 row=1,
                 col=col,
             )
         if fail_load is not None:
-            fig.add_vline(x=fail_load, line={"color": charts.MARK, "width": 1, "dash": "dot"}, row=1, col=col)
+            lowest = f"lowest {result.get('fail_verdict')}: {number(fail_load)}"
+            fig.add_vline(x=fail_load, line={"color": charts.MARK, "width": 1, "dash": "dot"}, row=1, col=col,
+                          name=lowest, showlegend=col == 1)  # fmt: skip
         fig.update_xaxes(x.layout(), row=1, col=col)
         y_title = f"{key} ({slo_unit(key)})" if slo_unit(key) else key
         values = [v for s in trail for c in s.get("checks", []) if c.get("key") == key
@@ -380,7 +386,7 @@ def search_chart(result: dict[str, Any], run_id: str = "") -> tuple[go.Figure, s
         template="plotly_white",
         height=400,
         title={"text": escape(f"{config}: load search over {over} ({result.get('reason')}; {answer}{above})")},
-        legend={"title": {"text": "probe verdict"}},
+        legend={"title": {"text": "probes (bars: bounds) and lines"}},
         margin={"l": 70, "r": 20, "t": 80, "b": 60},
     )
     goodput = _f(result.get("goodput_rps"))
