@@ -13,6 +13,7 @@ import shutil
 import socket
 import threading
 import time
+import uuid
 from datetime import timedelta
 from pathlib import Path
 
@@ -22,7 +23,8 @@ from fastapi.testclient import TestClient
 from benchflow import kinds
 from benchflow.spec import RegressionLimits
 from benchflow.ui import app, charts, signed_in
-from benchflow.warehouse import Warehouse
+from benchflow.warehouse import Warehouse, queries
+from tests.conftest import PG_URI
 from tests.integration.test_analytics import KERNEL, SERVING, detect, fill_history, night_run, serving_row
 
 pytestmark = pytest.mark.integration
@@ -149,6 +151,43 @@ def figures(page: str) -> list[dict]:
 
 def titled(figs: list[dict], text: str) -> list[dict]:
     return [f for f in figs if text in f["layout"]["title"]["text"]]
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def backend(request, tmp_path):
+    if request.param == "duckdb":
+        warehouse = Warehouse.at(tmp_path / "wh.duckdb")
+    else:
+        warehouse = Warehouse.postgres(PG_URI, search_path=f"view_{uuid.uuid4().hex[:12]}")
+    warehouse.migrate()
+    return warehouse
+
+
+def test_every_chart_reads_the_same_from_duckdb_and_postgres(backend):
+    """The chart sections' queries (trend intervals, repeats, load search, telemetry in time buckets, named
+    measurements) on both backends, through the page itself."""
+    from benchflow.ui import pages
+
+    warehouse = backend
+
+    run = night_run("serving_pg", 0)
+    rows = [{**serving_row(c, level, 100.0 * level + r), "repeat": r, "j_per_token": 0.1} for c in ("pd", "tp4")
+            for level in (1, 8) for r in (1, 2)]  # fmt: skip
+    samples, phases = telemetry_rows(run.started_at.timestamp())
+    side = {"serving_search": [search_record()], "telemetry_samples": samples, "telemetry_phase_gpus": phases}
+    warehouse.load(run, SERVING, rows, None, side)
+    generic = [{"seq": i, "metric": "latency", "value": 1.0 + i, "unit": "ms", "line": i + 1, "case_key": "4"}
+               for i in range(3)]  # fmt: skip
+    warehouse.load(night_run("generic_pg", 0), GENERIC, generic)
+    timeline = queries.telemetry_timeline(warehouse, run.dag_id, run.run_id, buckets=20)
+    assert set(timeline["gpu_index"]) == {0, 1, 2, 3} and len(timeline) <= 4 * 21
+    assert int(timeline["samples"].sum()) == len(samples)  # every sample in one bucket
+    figs = figures(pages.campaign(warehouse, "serving_pg"))
+    compared = titled(figs, "output_throughput of each config at each concurrency")[0]
+    assert all(t["error_y"]["visible"] for t in compared["data"])
+    assert titled(figs, "load search") and len(titled(figs, "GPU telemetry")) == 2 and titled(figs, "j_per_token")
+    latency = titled(figures(pages.campaign(warehouse, "generic_pg")), "latency (latest valid run)")[0]
+    assert latency["data"][0]["y"] == [2.0] and latency["data"][0]["error_y"]["visible"]
 
 
 def test_index_lists_every_campaign_with_its_kind_and_latest_run(client):
