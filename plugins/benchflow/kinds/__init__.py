@@ -4,8 +4,9 @@ A kind (``kernel``, ``serving``, ``generic``, …) is a sub-package of this one 
 :class:`ResultKind`: the output formats that produce its rows (one pure module per format), its warehouse table
 and its columns (each with its type, unit and display label), its key, its trend metrics (with the direction that
 is better), its Great Expectations suite and the suite's parameters from the spec, its own fields of a spec's
-``benchmark`` section (a pydantic model) and of the trigger form, and its plots. The SQL over a kind (its wide
-view, case and point keys, the query that shows a run's rows) is derived from these declarations by
+``benchmark`` section (a pydantic model) and of the trigger form, its plots, and (``measures``) whether its rows
+are one named measurement each. The SQL over a kind (its wide view, case and point keys, the query that shows a
+run's rows) is derived from these declarations by
 :mod:`benchflow.warehouse`; spec, CLI, pipeline, views, regressions and the report look kinds up here, and
 nothing outside this package names one.
 

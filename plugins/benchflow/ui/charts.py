@@ -277,7 +277,11 @@ for (const box of document.querySelectorAll("figure.plot")) {
   Plotly.newPlot(area, fig.data, fig.layout, %s).then(() => area.setAttribute("data-drawn", "1"));
   area.on("plotly_click", (event) => {
     const href = event.points.length ? event.points[0].customdata : null;
-    if (typeof href === "string" && href.startsWith("/")) { window.open(href, "_top"); }
+    if (typeof href !== "string" || !href.startsWith("/")) { return; }
+    const link = Object.assign(document.createElement("a"), {href: href, target: "_top"});  // as the page's links
+    document.body.appendChild(link);
+    link.click();
+    link.remove();
   });
 }
 """

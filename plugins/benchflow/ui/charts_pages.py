@@ -20,7 +20,6 @@ from collections.abc import Callable, Sequence
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from benchflow import kinds
 from benchflow.stats import summarize, t_quantile
 from benchflow.ui import charts
 from benchflow.ui.charts import Axis, Point, Series, clock, level_axis, number, value_axis, when
@@ -30,7 +29,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import plotly.graph_objects as go
 
-    from benchflow.kinds import ResultKind
+    from benchflow.kinds import Column, ResultKind
     from benchflow.warehouse import Warehouse
 
 SEARCH_TABLE = "serving_search"  # a side table of load-search answers (kinds/serving: SEARCH)
@@ -404,7 +403,9 @@ TIMELINE = ("power_w", "util_gpu_pct", "sm_mhz")
 PHASE_KEYS = ("concurrency", "repeat", "dtype", "m")
 
 
-def _samples_column(name: str) -> kinds.Column:
+def _samples_column(name: str) -> Column:
+    from benchflow import kinds
+
     return next(c for side in kinds.TELEMETRY_TABLES for c in side.columns if c.name == name)
 
 
