@@ -394,6 +394,14 @@ def test_chromium_draws_every_chart_with_the_local_plotly_and_its_error_bars(ser
             page.goto(f"{served}/campaign/moe_kernel_nightly")
             page.wait_for_function("document.querySelectorAll('.plot-area[data-drawn]').length >= 4")
             assert page.locator("g.legend text.legendtext", has_text="regression").count() == 2
+            # a click on a point opens its DAG run (here a 404 of this bare server: the URL is what counts)
+            box = page.locator(".plot-area").first.locator("g.points path.point").first.bounding_box()
+            assert box is not None
+            page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+            page.wait_for_selector("g.hovertext")  # the hover: run id, value, interval
+            assert "run scheduled__" in page.locator("g.hovertext").first.text_content()
+            page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+            page.wait_for_url(re.compile(r".*/dags/bench_moe_kernel_nightly/runs/scheduled__.*"))
         finally:
             browser.close()
     assert not errors
