@@ -190,3 +190,5 @@ def test_the_telemetry_timeline_has_three_rows_with_units_gpus_of_the_servers_an
     assert len(rects) == 2 and sum(r["fillcolor"] == "#feb2b2" for r in rects) == 1
     assert "1 throttled" in caption and "means of up to 5 samples" in caption
     assert any("hw_slowdown" in a["hovertext"] for a in data["layout"]["annotations"])
+    template = data["data"][0]["hovertemplate"]  # GPU, time, value with its unit, samples behind it, run
+    assert "power_w %{y:.4g} W" in template and "%{customdata} samples" in template and "run run1" in template

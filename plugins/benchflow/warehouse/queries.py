@@ -275,7 +275,7 @@ def telemetry_phases(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
     )
 
 
-def telemetry_timeline(w: Warehouse, dag_id: str, run_id: str, buckets: int = 1500) -> pd.DataFrame:
+def telemetry_timeline(w: Warehouse, dag_id: str, run_id: str, buckets: int = 800) -> pd.DataFrame:
     """A run's GPU samples (``telemetry_samples``) per GPU in at most ``buckets`` time buckets over the run: the
     bucket's first time (epoch s), its mean power, GPU utilisation and SM clock, and the samples it holds."""
     p = w.p
