@@ -312,6 +312,7 @@ def test_the_generic_kind_gets_a_chart_per_metric_and_its_trend(client):
     trend = titled(figs, "throughput: trend")[0]
     assert trend["layout"]["yaxis"]["title"]["text"] == "throughput (items/s)"
     assert [t["name"] for t in trend["data"]] == ["1", "4", "16"] and trend["layout"]["xaxis"]["type"] == "date"
+    assert trend["layout"]["legend"]["title"]["text"] == "case_key"  # what the series are
 
 
 def test_the_view_serves_the_bundled_plotly_js_itself(client):

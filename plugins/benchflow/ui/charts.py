@@ -228,8 +228,9 @@ def _figure(data: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
     return go.Figure(data=data, layout=base | layout)
 
 
-def line_chart(series: Sequence[Series], x: Axis, y: Axis, title: str, unit: str = "") -> go.Figure:
-    """Lines of points (with error bars where repeats exist), every series in the legend."""
+def line_chart(series: Sequence[Series], x: Axis, y: Axis, title: str, unit: str = "", legend: str = "") -> go.Figure:
+    """Lines of points (with error bars where repeats exist), every series in the legend (``legend``: its title,
+    what the series are)."""
     x_layout = x.layout()
     times = {p.x for s in series for p in s.points}
     if x.type == "date" and len(times) == 1:  # one run: a day around it, not a millisecond
@@ -237,7 +238,8 @@ def line_chart(series: Sequence[Series], x: Axis, y: Axis, title: str, unit: str
         x_layout["range"] = [when(only - timedelta(hours=12)), when(only + timedelta(hours=12))]
     return _figure(
         traces(series, x, unit),
-        {"title": {"text": escape(title)}, "xaxis": x_layout, "yaxis": y.layout(), "showlegend": True},
+        {"title": {"text": escape(title)}, "xaxis": x_layout, "yaxis": y.layout(), "showlegend": True}
+        | ({"legend": {"title": {"text": escape(legend)}, "font": {"size": 11}}} if legend else {}),
     )
 
 

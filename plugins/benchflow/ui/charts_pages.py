@@ -256,6 +256,7 @@ def measure_figures(warehouse: Warehouse, kind: ResultKind, run: Any, href: Call
 
 def measure_trend_figures(warehouse: Warehouse, kind: ResultKind, name: str, href: Callable[..., str]) -> list[str]:
     """One chart per metric: each case a line over the valid runs' times, each run's mean with its interval."""
+    assert kind.measures is not None
     history = queries.measure_history(warehouse, kind, name)
     out = []
     for metric, part in sorted(history.groupby("metric"), key=lambda item: natural(item[0])):
@@ -270,7 +271,7 @@ def measure_trend_figures(warehouse: Warehouse, kind: ResultKind, name: str, hre
             series.append(Series(str(case) or str(metric), points))
         title = f"{metric} ({unit})" if unit else str(metric)
         fig = charts.line_chart(series, Axis(RUN_TIME, "date"), value_axis(title, part["value"].astype(float)),
-                                f"{metric}: trend", unit)  # fmt: skip
+                                f"{metric}: trend", unit, legend=kind.measures.case)  # fmt: skip
         out.append(charts.render(fig, f"{len(series)} series, each a case"))
     return out
 
