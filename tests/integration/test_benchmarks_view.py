@@ -220,6 +220,7 @@ def test_a_campaign_page_has_its_table_trends_with_regressions_and_links(client)
     assert against_m["layout"]["xaxis"]["tickvals"] == [1, 16, 256]  # ticks at the Ms measured, no others
     # the scripts are the view's own: the bundled plotly.js, nothing from elsewhere
     assert re.findall(r"<script src=\"([^\"]+)\"", page) == ["../static/plotly.min.js"]
+    assert "GPU telemetry" not in page and "Load search" not in page  # none in this campaign: no empty section
     assert "http://" not in page and "https://" not in page
 
 

@@ -192,3 +192,20 @@ def test_the_telemetry_timeline_has_three_rows_with_units_gpus_of_the_servers_an
     assert any("hw_slowdown" in a["hovertext"] for a in data["layout"]["annotations"])
     template = data["data"][0]["hovertemplate"]  # GPU, time, value with its unit, samples behind it, run
     assert "power_w %{y:.4g} W" in template and "%{customdata} samples" in template and "run run1" in template
+
+
+def test_a_kernel_runs_telemetry_is_one_timeline_of_every_gpu_with_its_sizes_as_phases():
+    samples = pd.DataFrame(
+        [{"gpu_index": g, "t": 10.0 + s, "power_w": 200.0, "util_gpu_pct": 99.0, "sm_mhz": 1800.0, "samples": 1}
+         for g in range(2) for s in range(20)]
+    )  # fmt: skip
+    phases = pd.DataFrame(
+        [{"config": None, "concurrency": None, "repeat": None, "warmup": None, "dtype": "bf16", "m": m,
+          "phase_start": 10.0 + 5 * i, "phase_end": 14.0 + 5 * i, "gpu_index": g, "server": None, "throttled": False,
+          "throttle_reasons": ""} for i, m in enumerate((1, 64)) for g in range(2)]
+    )  # fmt: skip
+    fig, caption = charts_pages.telemetry_chart(samples, phases, "the run")
+    data = as_json(fig)
+    assert {t["name"] for t in data["data"]} == {"GPU 0", "GPU 1"}  # no server named: every GPU sampled
+    assert [a["text"] for a in data["layout"]["annotations"]] == ["dtype=bf16, m=1", "dtype=bf16, m=64"]
+    assert caption.startswith("2 GPU(s), 2 phase(s) shaded") and "means of" not in caption
