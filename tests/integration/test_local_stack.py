@@ -188,6 +188,10 @@ def test_bench_up_runs_a_campaign_and_bench_down_stops_everything(local_env):
     assert requests.get(f"{url}/benchmarks/", timeout=30).status_code == 401  # for signed-in users only
     view = requests.get(f"{url}/benchmarks/campaign/up_smoke", headers=headers, timeout=30)
     assert view.status_code == 200 and run_id in view.text and ">2000<" in view.text  # the run's tok/s
+    assert 'src="../static/plotly.min.js"' in view.text  # the charts' library, from the view itself (offline)
+    bundle = requests.get(f"{url}/benchmarks/static/plotly.min.js", timeout=30)
+    assert bundle.status_code == 200 and bundle.headers["content-type"].startswith("text/javascript")
+    assert len(bundle.content) > 1_000_000 and b"plotly.js" in bundle.content[:2000]
     nav = requests.get(f"{api}/plugins", headers=headers, timeout=30).json()["plugins"]
     assert any(v["name"] == "Benchmarks" for p in nav for v in p["external_views"])
 

@@ -111,11 +111,13 @@ def test_trigger_a_new_config_from_the_form_and_watch_it_finish(stack, page):
     for m, tok in ((1, 2000), (2, 2000), (4, 2667), (64, 18286)):  # the fault payload's rows (M, tok/s)
         expect(table.locator("tr", has=page.locator(f"td:text-is('{m}')")).first).to_contain_text(str(tok))
     expect(view.get_by_text(f"{len(findings)} regression(s)")).to_be_visible()
-    assert view.locator("svg circle.regression").count() >= 2  # circled on both trend charts
+    drawn = view.locator("figure.plot .plot-area[data-drawn]")  # Plotly has drawn the charts (local plotly.js)
+    expect(drawn.first).to_be_attached(timeout=60_000)
+    expect(view.locator("g.legend text.legendtext", has_text="regression")).to_have_count(2)  # both trend charts
     page.screenshot(path=SHOTS / "benchmarks_in_airflow.png")
     # the page by itself, whole, for the README
     page.goto(f"{stack.url}/benchmarks/campaign/{CAMPAIGN}")
-    expect(page.locator("svg circle.regression").first).to_be_attached()
+    expect(page.locator("g.legend text.legendtext", has_text="regression").first).to_be_attached(timeout=60_000)
     page.set_viewport_size({"width": 1600, "height": 1000})
     page.screenshot(path=SHOTS / "benchmarks_view.png", full_page=True)
     assert (SHOTS / "benchmarks_view.png").stat().st_size > 10_000

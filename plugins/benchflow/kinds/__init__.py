@@ -4,8 +4,9 @@ A kind (``kernel``, ``serving``, ``generic``, …) is a sub-package of this one 
 :class:`ResultKind`: the output formats that produce its rows (one pure module per format), its warehouse table
 and its columns (each with its type, unit and display label), its key, its trend metrics (with the direction that
 is better), its Great Expectations suite and the suite's parameters from the spec, its own fields of a spec's
-``benchmark`` section (a pydantic model) and of the trigger form, and its plots. The SQL over a kind (its wide
-view, case and point keys, the query that shows a run's rows) is derived from these declarations by
+``benchmark`` section (a pydantic model) and of the trigger form, its plots, and (``measures``) whether its rows
+are one named measurement each. The SQL over a kind (its wide view, case and point keys, the query that shows a
+run's rows) is derived from these declarations by
 :mod:`benchflow.warehouse`; spec, CLI, pipeline, views, regressions and the report look kinds up here, and
 nothing outside this package names one.
 
@@ -75,6 +76,17 @@ class SideTable:
     point: str = ""
 
 
+@dataclass(frozen=True)
+class Measures:
+    """A kind whose rows are one measurement each (the generic kind): the columns holding the metric's name, its
+    value, its unit and its case. The Benchmarks view charts each metric of such a kind, and its trend."""
+
+    name: str
+    value: str
+    unit: str
+    case: str
+
+
 def _no_params(options: Any, args: Mapping[str, Any]) -> dict[str, Any]:
     return {}
 
@@ -130,6 +142,7 @@ class ResultKind:
     # (rows, benchflow.telemetry.run.RunTelemetry) → the columns each row gains: energy, host load, validity
     telemetry: Callable[[list[dict[str, Any]], Any], list[dict[str, Any]]] | None = None
     validity: str | None = None  # the column that says whether a row is ok (others never reach a baseline)
+    measures: Measures | None = None  # rows that are one named measurement each (their own metrics and units)
 
     def __post_init__(self) -> None:
         names = self.column_names
@@ -139,6 +152,8 @@ class ResultKind:
         for what, column in (("repeat", self.repeat), ("group", self.group)):
             if column is not None and column not in self.key:
                 raise ValueError(f"kind {self.name!r}: {what} column {column!r} is not in its key")
+        if self.measures is not None and (unknown := [c for c in vars(self.measures).values() if c not in names]):
+            raise ValueError(f"kind {self.name!r}: measures names unknown columns {unknown}")
         if self.headline is not None and self.headline not in {t.column for t in self.trend}:
             raise ValueError(f"kind {self.name!r}: headline {self.headline!r} is not a trend metric")
 
@@ -151,6 +166,13 @@ class ResultKind:
             if candidate.name == name:
                 return candidate
         raise KeyError(f"kind {self.name!r} has no column {name!r}")
+
+    def any_column(self, name: str) -> Column:
+        """A column of the kind's table, else of one of its side tables (a load search's answer)."""
+        for candidate in (*self.columns, *(c for side in self.side_tables for c in side.columns)):
+            if candidate.name == name:
+                return candidate
+        raise KeyError(f"kind {self.name!r} has no column {name!r}, nor do its side tables")
 
     @property
     def case(self) -> tuple[str, ...]:
@@ -316,6 +338,7 @@ __all__ = [
     "BenchmarkOptions",
     "Column",
     "Format",
+    "Measures",
     "ParseError",
     "ParsedRun",
     "ResultKind",

@@ -1,25 +1,92 @@
-"""Small server-side SVG charts (no JavaScript, nothing fetched): lines of points on linear or log axes,
-every point a link (to its DAG run) with a tooltip, marked points circled in red."""
+"""The Benchmarks view's charts: Plotly figures, built here as JSON and drawn in the browser by the ``plotly.min.js``
+that the ``plotly`` package bundles, which the view serves itself (``static/plotly.min.js``): nothing is fetched
+from elsewhere, so the view works on an api-server without internet.
+
+Why Plotly rather than hand-written SVG or another library: one declarative figure JSON gives interactive hover
+(run id, value and interval of every point), asymmetric error bars, log and date axes (several runs a day stay
+apart), legends that list every series and can hide or isolate any of them, zoom into a crowded range, shaded
+regions and reference lines (phases, SLOs), and subplots sharing an axis; the Python package validates the JSON
+against the schema of the plotly.js it ships, the two pinned together (``requirements.txt``), and the bundle is one
+offline file. Matplotlib (the report's PNGs) draws no hover and no link; Vega-Lite/Altair needs three bundles and
+has no error-bar-per-point without a layered spec; Bokeh serves its JS from a CDN by default.
+
+Every builder is a pure function of plain values and returns a ``plotly.graph_objects.Figure`` (tests read its
+JSON); :func:`render` turns one into HTML, :func:`loader` is the page's one script. The rules every chart keeps:
+axis titles are the columns' headings (label and unit, as the warehouse declares them), a linear value axis
+starts at zero, a range wider than :data:`WIDE` is drawn on a log axis (and its title says so), intervals are
+error bars wherever a point has repeats, x ticks sit at the levels measured, every series is in the legend.
+"""
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from html import escape
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#d62728")
-WIDTH, HEIGHT = 760, 300
-LEFT, RIGHT, TOP, BOTTOM = 70, 170, 20, 50
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+WIDE = 20.0  # a value range (max / min) at least this wide is drawn on a log axis
+WIDE_X = 16.0  # the same for a load axis (1, 2, 4, … 16: powers of two read better on a log axis)
+COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#393b79")
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star", "cross", "triangle-down")
+MARK = "#d62728"  # regressions, failures, throttling
+CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
+AxisType = Literal["linear", "log", "date", "category"]
+
+
+def plotly_js() -> Path:
+    """The plotly.js bundle of the installed ``plotly`` package (the one its figures are validated against)."""
+    return Path(str(resources.files("plotly") / "package_data" / "plotly.min.js"))
+
+
+def number(value: float) -> str:
+    """A number as people read it: 4 significant digits, no trailing zeros."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if value == int(value) and abs(value) < 1e12:
+        return str(int(value))
+    if 1e4 <= abs(value) < 1e12:
+        return str(round(value))
+    return f"{value:.4g}"
+
+
+def clock(epoch_s: float) -> str:
+    """Epoch seconds as the UTC time a Plotly date axis reads, to the millisecond."""
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def when(value: Any) -> str:
+    """A run's time (a timestamp or its text) as a Plotly date: ``2026-12-01 03:00:00`` (UTC)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC)
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    return str(value).replace("T", " ")[:19]
 
 
 @dataclass
 class Point:
-    x: float
+    """One drawn value: ``low``/``high`` its 95 % interval (None: one value, no interval), ``n`` the values behind
+    it, ``href`` where a click leads (its DAG run), ``marked`` a regression."""
+
+    x: Any
     y: float
-    tip: str = ""
-    href: str | None = None
-    marked: bool = False  # a regression: circled in red
+    low: float | None = None
+    high: float | None = None
+    n: int = 1
+    run_id: str = ""
+    href: str = ""
+    marked: bool = False
+    note: str = ""
 
 
 @dataclass
@@ -28,148 +95,210 @@ class Series:
     points: list[Point] = field(default_factory=list)
 
 
-def _ticks(low: float, high: float, count: int = 5) -> list[float]:
-    if high <= low:
-        return [low]
-    raw = (high - low) / count
-    step = 10 ** math.floor(math.log10(raw))
-    for factor in (1, 2, 5, 10):
-        if raw <= factor * step:
-            step *= factor
-            break
-    first = math.ceil(low / step) * step
-    return [first + i * step for i in range(int((high - first) / step) + 1)]
+@dataclass(frozen=True)
+class Axis:
+    """An axis: its title (a column's heading), its type, whether a linear one starts at zero, and the tick
+    values (the levels measured) with their texts."""
+
+    title: str
+    type: AxisType = "linear"
+    zero: bool = False
+    ticks: tuple[Any, ...] = ()
+
+    def layout(self) -> dict[str, Any]:
+        title = self.title + (" — log scale" if self.type == "log" else "")
+        out: dict[str, Any] = {"title": {"text": escape(title)}, "type": self.type, "automargin": True}
+        if self.type == "linear" and self.zero:
+            out["rangemode"] = "tozero"
+        if self.ticks:
+            out |= {"tickmode": "array", "tickvals": list(self.ticks), "ticktext": [number(t) for t in self.ticks]}
+        if self.type == "date":
+            out["hoverformat"] = "%Y-%m-%d %H:%M:%S"
+        return out
 
 
-def number(value: float) -> str:
-    """A number as people read it: 4 significant digits, no trailing zeros."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    if value == int(value) and abs(value) < 1e12:
-        return str(int(value))
-    if 1e4 <= abs(value) < 1e12:
-        return str(round(value))
-    return f"{value:.4g}"
+def wide(values: Iterable[float], ratio: float = WIDE) -> bool:
+    """Whether positive values span ``ratio`` or more (a log axis then shows every one of them)."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return bool(finite) and min(finite) > 0 and max(finite) / min(finite) >= ratio
 
 
-@dataclass
-class _Frame:
-    """A chart's plot area and the scales that map values to it."""
-
-    x0: float
-    x1: float
-    y0: float
-    y1: float
-    x_log: bool
-    width: float = WIDTH - LEFT - RIGHT
-    height: float = HEIGHT - TOP - BOTTOM
-
-    def fx(self, v: float) -> float:
-        return math.log2(v) if self.x_log else v
-
-    def sx(self, v: float) -> float:
-        return LEFT + (self.fx(v) - self.x0) / (self.x1 - self.x0) * self.width
-
-    def sy(self, v: float) -> float:
-        return TOP + self.height - (v - self.y0) / (self.y1 - self.y0) * self.height
+def value_axis(title: str, values: Iterable[float]) -> Axis:
+    """A value axis: log when the values are wide apart, else linear from zero (never a range that starts near
+    the data, where a 1 % gap looks large)."""
+    values = list(values)
+    return Axis(title, "log") if wide(values) else Axis(title, "linear", zero=all(v >= 0 for v in values if v == v))
 
 
-def line_chart(
-    series: Sequence[Series],
-    x_label: str,
-    y_label: str,
-    x_log: bool = False,
-    x_names: dict[float, str] | None = None,
-    title: str = "",
-) -> str:
-    """An inline ``<svg>``; ``x_names`` labels x positions with text (nights) instead of numbers."""
-    points = [p for s in series for p in s.points if p.y is not None and not math.isnan(p.y)]
-    if not points:
-        return '<p class="empty">no data</p>'
-    frame = _frame(points, x_log)
-    out = [
-        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-        f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title or y_label)}">',
-        f'<rect x="{LEFT}" y="{TOP}" width="{frame.width}" height="{frame.height}" fill="#fff" stroke="#ccc"/>',
-        *_axes(frame, x_label, y_label, x_names),
-    ]
-    for index, s in enumerate(series):
-        out += _series(frame, s, index)
-    if any(p.marked for p in points):
-        ly = TOP + 14 + len(series) * 16
-        out.append(
-            f'<circle cx="{WIDTH - RIGHT + 17}" cy="{ly - 4}" r="5" fill="none" stroke="#d62728" '
-            f'stroke-width="2"/><text x="{WIDTH - RIGHT + 26}" y="{ly}" class="legend">regression</text>'
-        )
-    out.append("</svg>")
-    return "".join(out)
+def level_axis(title: str, levels: Iterable[float]) -> Axis:
+    """A load axis (concurrency, M): ticks at the levels measured only, log when they span :data:`WIDE_X`."""
+    ticks = tuple(sorted({float(v) for v in levels if v is not None and math.isfinite(v)}))
+    return Axis(title, "log" if wide(ticks, WIDE_X) else "linear", zero=False, ticks=ticks)
 
 
-def _frame(points: list[Point], x_log: bool) -> _Frame:
-    xs = [math.log2(p.x) if x_log else p.x for p in points]
-    ys = [p.y for p in points]
-    x0, x1 = min(xs), max(xs)
-    if x1 == x0:
-        x0, x1 = x0 - 1, x1 + 1
-    y0, y1 = min(ys), max(ys)
-    pad = (y1 - y0) * 0.1 or abs(y1) * 0.1 or 1.0
-    return _Frame(x0, x1, 0.0 if y0 >= 0 and y0 - pad < 0 else y0 - pad, y1 + pad, x_log)
+def style(index: int) -> dict[str, Any]:
+    """The colour and marker of the ``index``-th series: after the ten colours the marker changes, so no two of
+    the first 80 series look alike."""
+    return {"color": COLORS[index % len(COLORS)], "symbol": SYMBOLS[(index // len(COLORS)) % len(SYMBOLS)]}
 
 
-def _axes(frame: _Frame, x_label: str, y_label: str, x_names: dict[float, str] | None) -> list[str]:
-    out = []
-    for tick in _ticks(frame.y0, frame.y1):
-        y = frame.sy(tick)
-        out.append(
-            f'<line x1="{LEFT}" x2="{LEFT + frame.width}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
-            f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">{number(tick)}</text>'
-        )
-    if x_names:
-        x_ticks = sorted(x_names)
-        step = max(1, math.ceil(len(x_ticks) / 6))
-        labels = [(v, x_names[v]) for v in x_ticks[::step]]
-    elif frame.x_log:
-        labels = [(2.0**e, number(2.0**e)) for e in range(math.floor(frame.x0), math.ceil(frame.x1) + 1)]
+def hover(series: str, x_text: str, point: Point, unit: str) -> str:
+    """A point's hover: its series, where it is, its value with the interval (or why there is none), the run."""
+    value = f"{number(point.y)} {unit}".strip()
+    if point.low is not None and point.high is not None and point.n > 1:
+        spread = f"95 % CI {number(point.low)} – {number(point.high)} (n={point.n})"
     else:
-        labels = [(v, number(v)) for v in _ticks(frame.x0, frame.x1)]
-    bottom = TOP + frame.height
-    for value, text in labels:
+        spread = f"n={point.n}: no interval"
+    lines = [f"<b>{escape(series)}</b>", escape(x_text), f"{escape(value)}, {spread}"]
+    if point.run_id:
+        lines.append(f"run {escape(point.run_id)}")
+    if point.marked:
+        lines.append("REGRESSION")
+    if point.note:
+        lines.append(escape(point.note))
+    return "<br>".join(lines)
+
+
+def _x_text(x: Any, x_axis: Axis) -> str:
+    name = x_axis.title.split(" (")[0]
+    return f"{name} {x}" if x_axis.type == "date" else f"{name} = {number(x) if isinstance(x, float) else x}"
+
+
+def error_bars(points: Sequence[Point]) -> dict[str, Any] | None:
+    """Asymmetric error bars for the points that have an interval (n > 1); None when none has one."""
+    if not any(p.n > 1 and p.low is not None and p.high is not None for p in points):
+        return None
+    plus = [p.high - p.y if p.n > 1 and p.high is not None else None for p in points]
+    minus = [p.y - p.low if p.n > 1 and p.low is not None else None for p in points]
+    return {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus, "visible": True, "thickness": 1.2}
+
+
+def traces(series: Sequence[Series], x_axis: Axis, unit: str, mode: str = "lines+markers") -> list[dict[str, Any]]:
+    """One trace per series (every one, each in the legend), points in x order, intervals as error bars, and a
+    trace of the marked points (regressions, circled in red) when there are any."""
+    out: list[dict[str, Any]] = []
+    marked: list[tuple[Point, str]] = []
+    for index, s in enumerate(series):
+        points = sorted((p for p in s.points if p.y is not None and math.isfinite(p.y)), key=lambda p: p.x)
+        look = style(index)
+        trace: dict[str, Any] = {
+            "type": "scatter",
+            "mode": mode,
+            "name": escape(s.name),
+            "x": [p.x for p in points],
+            "y": [p.y for p in points],
+            "customdata": [p.href for p in points],
+            "hovertext": [hover(s.name, _x_text(p.x, x_axis), p, unit) for p in points],
+            "hoverinfo": "text",
+            "line": {"color": look["color"], "width": 1.5},
+            "marker": {"color": look["color"], "symbol": look["symbol"], "size": 7},
+        }
+        if (bars := error_bars(points)) is not None:
+            trace["error_y"] = bars | {"color": look["color"]}
+        out.append(trace)
+        marked += [(p, s.name) for p in points if p.marked]
+    if marked:
         out.append(
-            f'<text x="{frame.sx(value):.1f}" y="{bottom + 16}" text-anchor="middle" class="tick">{escape(text)}</text>'
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "regression",
+                "x": [p.x for p, _ in marked],
+                "y": [p.y for p, _ in marked],
+                "customdata": [p.href for p, _ in marked],
+                "hovertext": [hover(name, _x_text(p.x, x_axis), p, unit) for p, name in marked],
+                "hoverinfo": "text",
+                "marker": {"symbol": "circle-open", "size": 17, "color": MARK, "line": {"width": 2.5, "color": MARK}},
+            }
         )
-    out.append(
-        f'<text x="{LEFT + frame.width / 2}" y="{HEIGHT - 8}" text-anchor="middle" class="axis">'
-        f"{escape(x_label)}</text>"
-        f'<text x="14" y="{TOP + frame.height / 2}" text-anchor="middle" class="axis" '
-        f'transform="rotate(-90 14 {TOP + frame.height / 2})">{escape(y_label)}</text>'
-    )
     return out
 
 
-def _series(frame: _Frame, s: Series, index: int) -> list[str]:
-    """One series: its line, its points (links, tooltips, regressions circled) and its legend entry."""
-    color = PALETTE[index % len(PALETTE)]
-    drawn = sorted((p for p in s.points if p.y is not None and not math.isnan(p.y)), key=lambda p: p.x)
-    out = []
-    if len(drawn) > 1:
-        path = " ".join(f"{frame.sx(p.x):.1f},{frame.sy(p.y):.1f}" for p in drawn)
-        out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5"/>')
-    for p in drawn:
-        x, y = frame.sx(p.x), frame.sy(p.y)
-        tip = f"<title>{escape(p.tip)}</title>" if p.tip else ""
-        mark = (
-            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="8" fill="none" stroke="#d62728" stroke-width="2.5" '
-            f'class="regression"/>'
-            if p.marked
-            else ""
-        )
-        dot = f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{color}"/>{mark}{tip}'
-        if p.href:
-            dot = f'<a href="{escape(p.href)}" target="_top">{dot}</a>'
-        out.append(dot)
-    ly = TOP + 14 + index * 16
-    out.append(
-        f'<rect x="{WIDTH - RIGHT + 12}" y="{ly - 9}" width="10" height="10" fill="{color}"/>'
-        f'<text x="{WIDTH - RIGHT + 26}" y="{ly}" class="legend">{escape(s.name[:22])}</text>'
+def _figure(data: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
+    import plotly.graph_objects as go
+
+    base = {
+        "template": "plotly_white",
+        "height": 380,
+        "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
+        "hovermode": "closest",
+        "legend": {"font": {"size": 11}},
+        "font": {"family": 'system-ui, -apple-system, "Segoe UI", Roboto, sans-serif', "size": 12},
+    }
+    return go.Figure(data=data, layout=base | layout)
+
+
+def line_chart(series: Sequence[Series], x: Axis, y: Axis, title: str, unit: str = "", legend: str = "") -> go.Figure:
+    """Lines of points (with error bars where repeats exist), every series in the legend (``legend``: its title,
+    what the series are)."""
+    x_layout = x.layout()
+    times = {p.x for s in series for p in s.points}
+    if x.type == "date" and len(times) == 1:  # one run: a day around it, not a millisecond
+        only = datetime.fromisoformat(str(next(iter(times))))
+        x_layout["range"] = [when(only - timedelta(hours=12)), when(only + timedelta(hours=12))]
+    return _figure(
+        traces(series, x, unit),
+        {"title": {"text": escape(title)}, "xaxis": x_layout, "yaxis": y.layout(), "showlegend": True}
+        | ({"legend": {"title": {"text": escape(legend)}, "font": {"size": 11}}} if legend else {}),
     )
-    return out
+
+
+def left_out(points: Sequence[tuple[Any, float, str]], x: Axis, unit: str) -> dict[str, Any]:
+    """Rows left out of the means (noisy, throttled, contended): drawn as grey crosses, named in the legend."""
+    return {
+        "type": "scatter",
+        "mode": "markers",
+        "name": "left out: " + ", ".join(sorted({why for _, _, why in points})),
+        "x": [p[0] for p in points],
+        "y": [p[1] for p in points],
+        "hovertext": [
+            f"{escape(_x_text(px, x))}<br>{escape(number(py))} {escape(unit)}<br>{escape(why)}: not in the mean"
+            for px, py, why in points
+        ],
+        "hoverinfo": "text",
+        "marker": {"symbol": "x-thin-open", "size": 9, "color": "#888", "line": {"width": 1.5, "color": "#888"}},
+    }
+
+
+def render(fig: go.Figure, caption: str = "", wide: bool = False) -> str:
+    """A figure as HTML: its JSON in a ``<script type="application/json">`` (``<``, ``>`` and ``&`` written as
+    JSON escapes, so no text of it can end the script) beside the element :func:`loader` draws it into."""
+    text = fig.to_json().replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    note = f'<p class="muted caption">{escape(caption)}</p>' if caption else ""
+    css = "plot wide" if wide else "plot"
+    return (
+        f'<figure class="{css}"><div class="plot-area"></div><script type="application/json">{text}</script>'
+        f"{note}</figure>"
+    )
+
+
+LOADER_JS = """
+for (const box of document.querySelectorAll("figure.plot")) {
+  const fig = JSON.parse(box.querySelector("script").textContent);
+  const area = box.querySelector(".plot-area");
+  Plotly.newPlot(area, fig.data, fig.layout, %s).then(() => area.setAttribute("data-drawn", "1"));
+  area.on("plotly_click", (event) => {
+    const href = event.points.length ? event.points[0].customdata : null;
+    if (typeof href !== "string" || !href.startsWith("/")) { return; }
+    const link = Object.assign(document.createElement("a"), {href: href, target: "_top"});  // as the page's links
+    document.body.appendChild(link);
+    link.click();
+    link.remove();
+  });
+}
+"""
+
+
+def loader(static: str) -> str:
+    """The page's scripts: the bundled plotly.js from the view itself (``static``: the path to the view's
+    ``static/`` from the page), then the drawing of every figure of the page."""
+    return (
+        f'<script src="{escape(static)}static/plotly.min.js" charset="utf-8"></script>'
+        f"<script>{LOADER_JS % json.dumps(CONFIG)}</script>"
+    )
+
+
+STYLE = """
+figure.plot{margin:0;background:#fff;border:1px solid #e2e8f0;width:760px;min-height:380px}
+figure.plot.wide{width:1100px}.caption{margin:2px 8px 6px}
+"""

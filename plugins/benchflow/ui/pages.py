@@ -8,7 +8,8 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from benchflow.ui.charts import Point, Series, line_chart, number
+from benchflow.ui import charts_pages
+from benchflow.ui.charts import number
 from benchflow.warehouse import queries
 
 if TYPE_CHECKING:
@@ -17,15 +18,13 @@ if TYPE_CHECKING:
     from benchflow.kinds import ResultKind
     from benchflow.warehouse import Warehouse
 
-MAX_SERIES = 10
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:16px 24px;color:#1a202c;background:#fafafa}
 h1{font-size:22px;margin:4px 0 12px}h2{font-size:18px;margin:22px 0 8px}h3{font-size:15px;margin:14px 0 6px}
 table{border-collapse:collapse;background:#fff;font-size:13px;margin:6px 0 12px}
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:right}th{background:#f0f2f5}td.text,th.text{text-align:left}
 .muted{color:#666;font-size:13px}.bad{color:#c53030;font-weight:600}.ok{color:#2f855a;font-weight:600}
-.tick{font-size:11px;fill:#555}.axis{font-size:12px;fill:#333}.legend{font-size:11px;fill:#333}
-.charts{display:flex;flex-wrap:wrap;gap:12px}.chart{background:#fff;border:1px solid #e2e8f0}
+.charts{display:flex;flex-wrap:wrap;gap:12px}
 a{color:#2b6cb0}.empty{color:#888}
 """
 
@@ -158,9 +157,7 @@ def campaign(warehouse: Warehouse, name: str) -> str:
         + "</p>",
         table(rows),
     ]
-    if kind.trend:
-        out.append(f"<h2>Trend over nights</h2>{trend_charts(warehouse, kind, name, findings)}")
-        out.append(f"<h2>{escape(comparison_title(kind))}</h2>{comparison(warehouse, kind, name, run)}")
+    out.append(charts_pages.sections(warehouse, kind, name, run, findings, run_href))
     out.append("<h2>Regressions</h2>")
     if len(findings):
         rank = sorted(
@@ -176,96 +173,5 @@ def campaign(warehouse: Warehouse, name: str) -> str:
     return "".join(out)
 
 
-def trend_charts(warehouse: Warehouse, kind: ResultKind, name: str, findings: pd.DataFrame) -> str:
-    """One chart per trend metric: every case a line over the valid runs, regressed points circled."""
-    history = queries.trend_history(warehouse, name)
-    if not len(history):
-        return '<p class="empty">no history</p>'
-    order = {run: i for i, run in enumerate(dict.fromkeys(zip(history["dag_id"], history["run_id"], strict=True)))}
-    nights = {
-        float(i): str(night)[5:10]
-        for (run, i), night in zip(order.items(), history.drop_duplicates(["dag_id", "run_id"])["night"], strict=True)
-    }
-    marked = set(zip(findings["run_id"], findings["case_key"], findings["metric"], strict=True))
-    charts = []
-    for trend in kind.trend:
-        metric, better = trend.column, trend.better
-        part = history[history["metric"] == metric]
-        if not len(part):
-            continue
-        series = []
-        for case, rows in sorted(part.groupby("case_key"), key=_natural)[:MAX_SERIES]:
-            points = [
-                Point(
-                    x=float(order[(r.dag_id, r.run_id)]),
-                    y=float(r.value),
-                    tip=f"{case} · {metric} {number(float(r.value))} · night {r.night} · {r.run_id}"
-                    + (" · REGRESSION" if (r.run_id, case, metric) in marked else ""),
-                    href=run_href(r.dag_id, r.run_id),
-                    marked=(r.run_id, case, metric) in marked,
-                )
-                for r in rows.itertuples()
-            ]
-            label = str(case) if str(case).count("=") < 2 else re.sub(r"[A-Za-z_]+=", "", str(case))
-            series.append(Series(label, points))
-        charts.append(
-            line_chart(
-                series,
-                "night, MM-DD (one point per valid run)",
-                f"{kind.column(metric).heading}, {better} is better",
-                x_names=nights,
-                title=f"{metric} trend",
-            )
-        )
-    return f'<div class="charts">{"".join(charts)}</div>'
-
-
 def _natural(item: tuple[Any, Any]) -> list[Any]:
     return [(0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", str(item[0])) if t]
-
-
-def comparison_title(kind: ResultKind) -> str:
-    key = kind.case
-    if len(key) > 1:
-        return f"{kind.headline} of each {', '.join(key[:-1])} at each {key[-1]} (latest valid run)"
-    return f"{kind.headline} against {key[-1]} (latest valid run)"
-
-
-def comparison(warehouse: Warehouse, kind: ResultKind, name: str, run: Any) -> str:
-    """The headline metric of the latest valid run (the mean over repeats, warm-ups left out, where the kind has
-    them): one line per value of the leading key columns, against the last key column, and the same as a table
-    (configs side by side at each concurrency)."""
-    key = kind.case
-    axis, groups = key[-1], list(key[:-1])
-    frame = queries.headline_by_case(warehouse, kind, run["dag_id"], run["run_id"])
-    if not len(frame):
-        return '<p class="empty">no rows</p>'
-    label = frame[groups].astype(str).agg(", ".join, axis=1) if groups else None
-    frame["series"] = label if label is not None else kind.headline
-    numeric = kind.column(axis).type in ("int", "float")
-    series = []
-    for group, rows in list(frame.groupby("series", sort=False))[:MAX_SERIES]:
-        series.append(
-            Series(
-                str(group),
-                [
-                    Point(
-                        x=float(r[axis]) if numeric else float(i),
-                        y=float(r["value"]),
-                        tip=f"{group} · {axis}={r[axis]} · {kind.headline} {number(float(r['value']))}",
-                        href=run_href(run["dag_id"], run["run_id"]),
-                    )
-                    for i, (_, r) in enumerate(rows.iterrows())
-                ],
-            )
-        )
-    positive = numeric and bool((frame[axis] > 0).all())
-    spread = positive and frame[axis].max() / max(frame[axis].min(), 1e-9) >= 16
-    assert kind.headline is not None
-    headline = kind.column(kind.headline).heading
-    chart = line_chart(series, kind.column(axis).heading, headline, x_log=spread, title=comparison_title(kind))
-    if groups:
-        pivot = frame.pivot_table(index=axis, columns="series", values="value", aggfunc="first").reset_index()
-        pivot.columns = [str(c) for c in pivot.columns]
-        return chart + table(pivot)
-    return chart

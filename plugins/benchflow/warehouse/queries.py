@@ -212,3 +212,97 @@ def valid_runs_of(w: Warehouse, campaign: str, night: str | None = None) -> pd.D
         f"SELECT run_id, night, run_type, {RUN_TIME} AS run_at FROM valid_runs WHERE {where} ORDER BY {RUN_TIME} DESC",
         params,
     )
+
+
+# -- the Benchmarks view's charts --------------------------------------------------------------------------
+
+
+def trend_intervals(w: Warehouse, campaign: str) -> pd.DataFrame:
+    """Each valid run's mean of every trend metric and case of the campaign with its 95 % interval over the run's
+    ``ok`` repeats (``case_summary``) and when the run ran, oldest first."""
+    return w.query(
+        "SELECT s.case_key, s.metric, s.dag_id, s.run_id, s.night, s.n, s.mean AS value, s.ci_low, s.ci_high, "
+        "COALESCE(v.logical_date, v.started_at) AS run_at FROM case_summary s JOIN valid_runs v "
+        f"ON v.dag_id = s.dag_id AND v.run_id = s.run_id WHERE s.campaign = {w.p} ORDER BY run_at, s.run_id",
+        [campaign],
+    )
+
+
+def case_values(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str, metric: str) -> pd.DataFrame:
+    """Every measured repeat of ``metric`` in a run (warm-ups left out): its case columns, ``repeat``, ``value``
+    and ``validity`` (rows that are not ``ok`` are kept, for a chart to show them apart)."""
+    p = w.p
+    columns = ", ".join(kind.case)
+    return w.query(
+        f"SELECT {columns}, {kindsql.repeat_sql(kind)} AS repeat, CAST({metric} AS DOUBLE PRECISION) AS value, "
+        f"{kindsql.validity_sql(kind)} AS validity FROM {kind.wide_view} WHERE dag_id = {p} AND run_id = {p} "
+        f"AND {metric} IS NOT NULL AND {kindsql.measured_sql(kind)} ORDER BY {columns}",
+        [dag_id, run_id],
+    )
+
+
+def measure_values(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str) -> pd.DataFrame:
+    """A run's rows of a kind that holds one named measurement a row (``kind.measures``): ``metric``, ``case``,
+    ``unit``, ``value``, in output order."""
+    assert kind.measures is not None
+    m, p = kind.measures, w.p
+    return w.query(
+        f"SELECT {m.name} AS metric, COALESCE({m.case}, '') AS case_key, COALESCE({m.unit}, '') AS unit, "
+        f"CAST({m.value} AS DOUBLE PRECISION) AS value FROM {kind.wide_view} WHERE dag_id = {p} AND run_id = {p} "
+        f"AND {m.value} IS NOT NULL ORDER BY {kindsql.order_sql(kind)}",
+        [dag_id, run_id],
+    )
+
+
+def measure_history(w: Warehouse, kind: ResultKind, campaign: str) -> pd.DataFrame:
+    """Per valid run of the campaign, metric and case (``kind.measures``): the values' count, mean and sample
+    standard deviation, with when the run ran, oldest first."""
+    assert kind.measures is not None
+    m = kind.measures
+    return w.query(
+        f"SELECT dag_id, run_id, night, COALESCE(logical_date, started_at) AS run_at, {m.name} AS metric, "
+        f"COALESCE({m.case}, '') AS case_key, MIN(COALESCE({m.unit}, '')) AS unit, COUNT(*) AS n, "
+        f"AVG({m.value}) AS value, STDDEV_SAMP({m.value}) AS std FROM {kind.wide_view} "
+        f"WHERE campaign = {w.p} AND {m.value} IS NOT NULL "
+        f"GROUP BY dag_id, run_id, night, COALESCE(logical_date, started_at), {m.name}, COALESCE({m.case}, '') "
+        "ORDER BY run_at, run_id",
+        [campaign],
+    )
+
+
+def search_results(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
+    """A run's load searches (``serving_search``), one row per config: the SLO and the trail as JSON text."""
+    p = w.p
+    return w.query(
+        "SELECT config, over, range_low, range_high, slo, confidence, precision, reason, pass_load, fail_load, "
+        f"fail_verdict, probes, loads, seconds, goodput_rps, trail FROM serving_search WHERE dag_id = {p} "
+        f"AND run_id = {p} ORDER BY config",
+        [dag_id, run_id],
+    )
+
+
+def telemetry_phases(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
+    """A run's phases per GPU (``telemetry_phase_gpus``): the phase's key, start and end (epoch s), the GPU, the
+    server holding it, and whether it throttled, in time order."""
+    p = w.p
+    return w.query(
+        "SELECT config, concurrency, repeat, warmup, dtype, m, phase_start, phase_end, gpu_index, uuid, server, "
+        "throttled, throttle_reasons FROM telemetry_phase_gpus "
+        f"WHERE dag_id = {p} AND run_id = {p} ORDER BY phase_start, gpu_index",
+        [dag_id, run_id],
+    )
+
+
+def telemetry_timeline(w: Warehouse, dag_id: str, run_id: str, buckets: int = 800) -> pd.DataFrame:
+    """A run's GPU samples (``telemetry_samples``) per GPU in at most ``buckets`` time buckets over the run: the
+    bucket's first time (epoch s), its mean power, GPU utilisation and SM clock, and the samples it holds."""
+    p = w.p
+    return w.query(
+        "SELECT s.index AS gpu_index, MIN(s.t) AS t, AVG(s.power_w) AS power_w, AVG(s.util_gpu_pct) AS util_gpu_pct, "
+        "AVG(s.sm_mhz) AS sm_mhz, COUNT(*) AS samples FROM telemetry_samples s CROSS JOIN ("
+        f"SELECT MIN(t) AS t0, MAX(t) AS t1 FROM telemetry_samples WHERE dag_id = {p} AND run_id = {p}) b "
+        f"WHERE s.dag_id = {p} AND s.run_id = {p} AND s.t IS NOT NULL "
+        f"GROUP BY s.index, FLOOR((s.t - b.t0) * {int(buckets)} / CASE WHEN b.t1 > b.t0 THEN b.t1 - b.t0 ELSE 1 END) "
+        "ORDER BY s.index, t",
+        [dag_id, run_id, dag_id, run_id],
+    )

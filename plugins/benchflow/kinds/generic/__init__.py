@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from benchflow.kinds import BenchmarkOptions, Column, ResultKind
+from benchflow.kinds import BenchmarkOptions, Column, Measures, ResultKind
 from benchflow.kinds.generic import patterns
 
 PatternName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
@@ -97,4 +97,5 @@ KIND = ResultKind(
     former_names=("generic",),
     servers="optional",
     wide_view="generic_wide",
+    measures=Measures(name="metric", value="value", unit="unit", case="case_key"),
 )
