@@ -38,6 +38,7 @@ def report(spec: CampaignSpec, run_id: str, result_file: Path, logs: Path, watch
 
 def _results(spec: CampaignSpec, run_id: str, watch: Watch) -> None:
     from benchflow import artifacts
+    from benchflow.records import verdict_text
     from benchflow.warehouse import Warehouse, queries
 
     warehouse = Warehouse.from_airflow()
@@ -47,6 +48,10 @@ def _results(spec: CampaignSpec, run_id: str, watch: Watch) -> None:
         first = loaded.iloc[0]
         detail = f": {first['detail']}" if first["detail"] else ""
         watch.say(f"warehouse status: {first['status']} ({first['rows_loaded']} rows){detail}")
+        judged = verdict_text(
+            first.get("verdict"), first.get("verdict_detail"), first.get("baseline_runs"), first["regressions"]
+        )
+        watch.say(f"verdict: {judged}")
     rows = kind.present(queries.shown_rows(warehouse, kind, spec.dag_id, run_id))
     watch.say(rows.to_string(index=False) if len(rows) else "(no rows loaded)")
     watch.say(f"results: {warehouse.location} (bench sql, or the Benchmarks view of `make up`)")

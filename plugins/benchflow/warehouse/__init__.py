@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchflow.paths import var_dir
-from benchflow.records import Finding, RunRecord, Validation
+from benchflow.records import Finding, RunRecord, Validation, Verdict
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -199,8 +199,11 @@ class Warehouse:
                     )
         return run.rows_loaded
 
-    def record_findings(self, dag_id: str, run_id: str, findings: list[Finding]) -> None:
-        """Replace a run's regression findings and their count on ``runs``."""
+    def record_findings(
+        self, dag_id: str, run_id: str, findings: list[Finding], verdict: Verdict | None = None
+    ) -> None:
+        """Replace a run's regression findings and their count on ``runs``, and its verdict (by default: regressed
+        when there are findings, else left as it was: nothing here says the run was judged fine)."""
         now = _now()
         p = self.p
         with self.transaction() as tx:
@@ -231,6 +234,15 @@ class Warehouse:
                 f"UPDATE runs SET regressions = {p} WHERE dag_id = {p} AND run_id = {p}",
                 [len(findings), dag_id, run_id],
             )
+            if verdict is None and findings:
+                nights = max(f.baseline_runs for f in findings)
+                verdict = Verdict("regressed", nights, findings=findings)
+            if verdict is not None:
+                tx.execute(
+                    f"UPDATE runs SET verdict = {p}, verdict_detail = {p}, baseline_runs = {p} "
+                    f"WHERE dag_id = {p} AND run_id = {p}",
+                    [verdict.state, verdict.detail, verdict.baseline_runs, dag_id, run_id],
+                )
 
     @staticmethod
     def _quarantine(
@@ -320,4 +332,4 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-__all__ = ["CONN_ID", "Finding", "RunRecord", "Transaction", "Validation", "Warehouse", "default_path"]
+__all__ = ["CONN_ID", "Finding", "RunRecord", "Transaction", "Validation", "Verdict", "Warehouse", "default_path"]

@@ -46,6 +46,18 @@ def run_rows(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str, columns: 
     )
 
 
+def run_validity(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
+    """How many of a run's rows have each validity (``ok``, ``noisy``, ``contended``, …), counted on one of
+    its trend metrics (each row carries each metric once)."""
+    p = w.p
+    return w.query(
+        f"SELECT validity, COUNT(*) AS n FROM metric_samples s WHERE s.dag_id = {p} AND s.run_id = {p} AND s.metric = "
+        f"(SELECT MIN(metric) FROM metric_samples m WHERE m.dag_id = {p} AND m.run_id = {p}) "
+        "GROUP BY validity ORDER BY validity",
+        [dag_id, run_id, dag_id, run_id],
+    )
+
+
 def shown_rows(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str) -> pd.DataFrame:
     """The columns of a run that its table shows (``bench run``, the Benchmarks view)."""
     return run_rows(w, kind, dag_id, run_id, kind.shown)
@@ -62,7 +74,10 @@ def campaigns_with_valid_runs(w: Warehouse, kind: ResultKind) -> list[str]:
 
 def latest_valid_runs(w: Warehouse, campaign: str | None = None) -> pd.DataFrame:
     """The newest valid run of every campaign (or of one)."""
-    columns = "campaign, dag_id, run_id, night, host, gpu_model, run_type, rows_loaded, regressions"
+    columns = (
+        "campaign, dag_id, run_id, night, host, gpu_model, run_type, rows_loaded, regressions, verdict, "
+        "verdict_detail, baseline_runs"
+    )
     if campaign is None:
         return w.query(f"SELECT {columns} FROM latest_valid_runs ORDER BY campaign")
     return w.query(f"SELECT {columns} FROM latest_valid_runs WHERE campaign = {w.p}", [campaign])
