@@ -1,24 +1,63 @@
 """The Benchmarks view's pages (benchflow.ui) over a DuckDB warehouse the test fills: a kernel campaign whose
-last night regressed and a serving campaign with two configs, read through the published snapshot."""
+last night regressed and a serving campaign with two configs, read through the published snapshot. Users sign in
+with real api-server tokens, judged by a real auth manager: Airflow's SimpleAuthManager, except that users named
+``no_dags…`` may not read DAGs (the role a FAB or Keycloak deployment would give them)."""
 
 from __future__ import annotations
 
 import hashlib
 import random
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 
+import psycopg2
 import pytest
+import requests
+from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
 from fastapi.testclient import TestClient
 
 from benchflow.spec import RegressionLimits
-from benchflow.ui import app, signed_in
+from benchflow.ui import app
 from benchflow.warehouse import Warehouse
-from tests.integration.test_analytics import SERVING, detect, fill_history, night_run, serving_row
+from tests.conftest import PG_URI
+from tests.integration.test_analytics import KERNEL, SERVING, detect, fill_history, night_run, serving_row
+from tests.sshd import free_port
 
 pytestmark = pytest.mark.integration
+AUTH_MANAGER = f"{__name__}.NoDagsForSomeAuthManager"
+
+
+class NoDagsForSomeAuthManager(SimpleAuthManager):
+    """SimpleAuthManager, whose roles all read DAGs, plus users (``no_dags…``) who may not."""
+
+    def is_authorized_dag(self, *, method, user, access_entity=None, details=None) -> bool:
+        if user.get_name().startswith("no_dags"):
+            return False
+        return super().is_authorized_dag(method=method, user=user, access_entity=access_entity, details=details)
+
+
+@pytest.fixture(scope="module")
+def auth():
+    """The auth manager the api-server would have, and a function that signs a token for a user."""
+    from airflow.api_fastapi.app import create_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AIRFLOW__CORE__AUTH_MANAGER", AUTH_MANAGER)
+        patch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", uuid.uuid4().hex * 2)
+        manager = create_auth_manager()
+        assert isinstance(manager, NoDagsForSomeAuthManager)
+
+        def token(name: str = "admin", role: str = "admin") -> dict[str, str]:
+            return {"Authorization": f"Bearer {manager.generate_jwt(SimpleAuthManagerUser(username=name, role=role))}"}
+
+        yield token
 
 
 @pytest.fixture
-def client(tmp_path, monkeypatch):
+def client(tmp_path, monkeypatch, auth):
     monkeypatch.setenv("BENCH_VAR_DIR", str(tmp_path))
     warehouse = Warehouse.at(tmp_path / "warehouse.duckdb")
     warehouse.migrate()
@@ -32,11 +71,8 @@ def client(tmp_path, monkeypatch):
             for c in (1, 8, 16)
         ]
         warehouse.load(night_run("serving_<b>mix</b>", night), SERVING, rows)
-    app.dependency_overrides[signed_in] = lambda: None
-    try:
-        yield TestClient(app), tonight, tmp_path
-    finally:
-        app.dependency_overrides.clear()
+    http = TestClient(app, headers=auth("viewer", "viewer"))
+    yield http, tonight, tmp_path
 
 
 def test_index_lists_every_campaign_with_its_kind_and_latest_run(client):
@@ -75,15 +111,127 @@ def test_unknown_campaign_is_404_and_the_warehouse_is_never_written(client):
     assert hashlib.sha256((root / "warehouse.duckdb").read_bytes()).hexdigest() == before
 
 
-def test_without_a_warehouse_the_page_says_so(tmp_path, monkeypatch):
+def test_without_a_warehouse_the_page_says_so_and_names_no_server_path(tmp_path, monkeypatch, auth):
     monkeypatch.setenv("BENCH_VAR_DIR", str(tmp_path))
-    app.dependency_overrides[signed_in] = lambda: None
+    page = TestClient(app, headers=auth()).get("/")
+    assert page.status_code == 503 and "no published warehouse at warehouse.snapshot.duckdb" in page.text
+    assert str(tmp_path) not in page.text and "/tmp" not in page.text
+
+
+def test_without_a_session_the_browser_goes_to_the_login_page(auth):
+    page = TestClient(app).get("/campaign/moe_kernel_nightly", follow_redirects=False)
+    assert page.status_code == 303 and page.headers["location"] == "/auth/login?next=%2Fcampaign%2Fmoe_kernel_nightly"
+    expired = TestClient(app, cookies={"_token": "not-a-token"}).get("/", follow_redirects=False)
+    assert expired.status_code == 403  # a forged session is refused, never shown the page
+    assert TestClient(app, headers={"Authorization": "Bearer nope"}).get("/").status_code == 403
+
+
+def test_a_role_that_may_not_read_dags_gets_403_from_the_view(client, auth):
+    _, _, _ = client
+    for path in ("/", "/campaign/moe_kernel_nightly"):
+        refused = TestClient(app, headers=auth("no_dags_reader", "viewer")).get(path)
+        assert refused.status_code == 403 and "may not read" in refused.text
+        assert "moe_kernel_nightly</a>" not in refused.text
+    assert TestClient(app, headers=auth("viewer", "viewer")).get("/campaign/moe_kernel_nightly").status_code == 200
+
+
+def test_the_index_lists_every_spec_with_or_without_runs_and_verdicts_that_say_if_a_run_was_judged(client):
+    http, _, root = client
+    warehouse = Warehouse.at(root / "warehouse.duckdb")
+    manual = night_run("moe_kernel_local", 0, run_type="manual")
+    warehouse.load(manual, KERNEL, [{"m": 1, "ms_per_call": 1.0, "tok_per_s": 1000.0, "us_per_token": 1000.0}])
+    detect(warehouse, manual.dag_id, manual.run_id, RegressionLimits())
+    page = http.get("/").text
+    for name in ("moe_kernel_ssh", "serving_tp4", "serving_local"):  # specs without a run in this warehouse
+        assert f">{name}</a>" in page
+    assert "no valid run yet" in page and "not judged (no valid run)" in page
+    assert "not judged (manual run)" in page and "6 regression(s) against 14 baseline nights" in page
+    assert '<span class="ok">' not in page  # nothing here was judged fine
+    local = http.get("/campaign/moe_kernel_local").text
+    assert 'verdict: <span class="unjudged">not judged (manual run)</span>' in local
+    assert "none found" not in local and "no regression" not in local
+    spec_only = http.get("/campaign/serving_tp4")
+    assert spec_only.status_code == 200 and "No run in the warehouse yet" in spec_only.text
+
+
+def test_a_page_shows_at_most_max_rows_and_says_how_many_there_are(client):
+    from benchflow.ui import pages
+
+    http, _, root = client
+    warehouse = Warehouse.at(root / "warehouse.duckdb")
+    big = night_run("moe_kernel_nightly", -1)
+    rows = [{"m": m, "ms_per_call": 1.0, "tok_per_s": 1000.0, "us_per_token": 1000.0} for m in range(1, 1201)]
+    warehouse.load(big, KERNEL, rows)
+    page = http.get("/campaign/moe_kernel_nightly").text
+    assert f"showing {pages.MAX_ROWS} of 1200 rows" in page
+    assert page.count("<tr>") < pages.MAX_ROWS + 200
+
+
+def test_a_bad_request_never_echoes_a_long_value(client):
+    http, _, _ = client
+    page = http.get("/campaign/" + "x" * 100_000)
+    assert page.status_code == 400 and len(page.text) < 5_000 and "100000" in page.text
+
+
+@pytest.fixture(scope="module")
+def api_server(airflow_db, auth):
+    """The real api-server app (Airflow's create_app, with this project's plugin) under uvicorn on a free port."""
+    import uvicorn
+    from airflow.api_fastapi.app import create_app
+
+    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.config.port}"
+    deadline = time.monotonic() + 120
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the api-server did not start"
+        time.sleep(0.2)
+    yield url
+    server.should_exit = True
+    thread.join(30)
+
+
+def test_a_hung_warehouse_answers_503_and_the_api_server_stays_responsive(api_server, auth, monkeypatch):
+    """A PostgreSQL warehouse whose ``runs`` another connection holds locked: every page answers 503 within its
+    limit (more requests than the view has threads), the api-server's health and REST API answer meanwhile, and
+    the view answers again once the lock is gone."""
+    schema = f"hang_{uuid.uuid4().hex[:10]}"
+    warehouse = Warehouse.postgres(PG_URI, search_path=schema)
+    warehouse.migrate()
+    warehouse.load(night_run("moe_kernel_nightly", 0), KERNEL, [{"m": 1, "ms_per_call": 1.0, "tok_per_s": 1e3}])
+    monkeypatch.setenv("AIRFLOW_CONN_BENCH_WAREHOUSE", f"{PG_URI}?search_path={schema}")
+    monkeypatch.setenv("BENCH_VIEW_TIMEOUT_S", "3")
+    headers = auth()
+    assert requests.get(f"{api_server}/benchmarks/", headers=headers, timeout=60).status_code == 200
+    locker = psycopg2.connect(PG_URI)
     try:
-        page = TestClient(app).get("/")
+        with locker.cursor() as cur:
+            cur.execute(f"LOCK TABLE {schema}.runs IN ACCESS EXCLUSIVE MODE")  # held until rollback
+        with ThreadPoolExecutor(12) as pool:
+            pages = [
+                pool.submit(
+                    requests.get, f"{api_server}/benchmarks/campaign/moe_kernel_nightly", headers=headers, timeout=60
+                )
+                for _ in range(12)
+            ]
+            time.sleep(1)
+            health = requests.get(f"{api_server}/api/v2/monitor/health", timeout=10)
+            dags = requests.get(f"{api_server}/api/v2/dags", headers=headers, timeout=10)
+            answers = [p.result() for p in pages]
+        assert health.status_code == 200 and dags.status_code == 200
+        assert {a.status_code for a in answers} == {503}
+        assert any("did not answer within 3 s" in a.text for a in answers)
+        assert all("/tmp" not in a.text and str(PG_URI) not in a.text for a in answers)
     finally:
-        app.dependency_overrides.clear()
-    assert page.status_code == 503 and "no published warehouse" in page.text
-
-
-def test_only_signed_in_users_see_it():
-    assert TestClient(app).get("/").status_code == 401
+        locker.rollback()
+        locker.close()
+    deadline = time.monotonic() + 60
+    while (again := requests.get(f"{api_server}/benchmarks/", headers=headers, timeout=60)).status_code != 200:
+        assert time.monotonic() < deadline, again.text  # the held threads came back (statement_timeout)
+        time.sleep(0.5)
+    refused = requests.get(f"{api_server}/api/v2/dags", headers=auth("no_dags_api", "viewer"), timeout=10)
+    view = requests.get(f"{api_server}/benchmarks/", headers=auth("no_dags_api", "viewer"), timeout=10)
+    assert refused.status_code == 403 and view.status_code == 403  # the same permission as Airflow's DAG views
+    login = requests.get(f"{api_server}/benchmarks/", timeout=10, allow_redirects=False)
+    assert login.status_code == 303 and login.headers["location"].startswith("/auth/login?next=%2Fbenchmarks%2F")

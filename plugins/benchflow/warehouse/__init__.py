@@ -82,9 +82,10 @@ class Warehouse:
         self.p: str = hook.placeholder
 
     @classmethod
-    def from_airflow(cls, read_only: bool = False) -> Warehouse:
+    def from_airflow(cls, read_only: bool = False, statement_timeout_s: float | None = None) -> Warehouse:
         """The connection ``bench_warehouse`` (conn type ``postgres`` or ``duckdb``) if defined, else
-        ``var/warehouse.duckdb``."""
+        ``var/warehouse.duckdb``. ``statement_timeout_s`` bounds each statement on PostgreSQL (a lock held
+        elsewhere, a slow query): the server cancels it."""
         from airflow.sdk import BaseHook
         from airflow.sdk.exceptions import AirflowNotFoundException
 
@@ -92,7 +93,9 @@ class Warehouse:
             conn = BaseHook.get_connection(CONN_ID)
         except AirflowNotFoundException:
             return cls.at(default_path(), read_only=read_only)
-        return cls._from_connection(conn, read_only)
+        warehouse = cls._from_connection(conn, read_only)
+        warehouse.hook.statement_timeout_s = statement_timeout_s
+        return warehouse
 
     @classmethod
     def _from_connection(cls, conn: Any, read_only: bool) -> Warehouse:
@@ -120,13 +123,17 @@ class Warehouse:
         return cls(hook, str(hook.snapshot_path() if read_only else path))
 
     @classmethod
-    def postgres(cls, uri: str, search_path: str | None = None, read_only: bool = False) -> Warehouse:
+    def postgres(
+        cls, uri: str, search_path: str | None = None, read_only: bool = False, statement_timeout_s: float | None = None
+    ) -> Warehouse:
         from airflow.models.connection import Connection
 
         conn = Connection(conn_id=CONN_ID, uri=uri)
         if search_path:
             conn.set_extra(json.dumps({**conn.extra_dejson, "search_path": search_path}))
-        return cls._from_connection(conn, read_only)
+        warehouse = cls._from_connection(conn, read_only)
+        warehouse.hook.statement_timeout_s = statement_timeout_s
+        return warehouse
 
     @contextmanager
     def connection(self) -> Iterator[Any]:
