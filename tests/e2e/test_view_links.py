@@ -34,7 +34,12 @@ timeouts:
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory, airflow_db, auth):  # noqa: F811
-    with campaign_dags(tmp_path_factory.mktemp("campaigns"), {"e2e_links": SPEC}) as bag:
+    """Two runs of the campaign, into a warehouse of their own (no other test's seeded runs in the view)."""
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        campaign_dags(tmp_path_factory.mktemp("campaigns"), {"e2e_links": SPEC}) as bag,
+    ):
+        patch.setenv("BENCH_VAR_DIR", str(tmp_path_factory.mktemp("var")))
         runs = []
         for _ in range(2):
             run_id, state, _tasks = run_dag(bag, "e2e_links")
