@@ -241,6 +241,8 @@ def test_a_hung_warehouse_answers_503_and_the_api_server_stays_responsive(api_se
     while (again := requests.get(f"{api_server}/benchmarks/", headers=headers, timeout=60)).status_code != 200:
         assert time.monotonic() < deadline, again.text  # the held threads came back (statement_timeout)
         time.sleep(0.5)
+    page = requests.get(f"{api_server}/benchmarks/campaign/moe_kernel_nightly", headers=headers, timeout=60)
+    assert page.status_code == 200 and "not judged (no verdict recorded)" in page.text  # PostgreSQL renders it
     refused = requests.get(f"{api_server}/api/v2/dags", headers=auth("no_dags_api", "viewer"), timeout=10)
     view = requests.get(f"{api_server}/benchmarks/", headers=auth("no_dags_api", "viewer"), timeout=10)
     assert refused.status_code == 403 and view.status_code == 403  # the same permission as Airflow's DAG views

@@ -178,6 +178,9 @@ class WarehousePostgresHook(PostgresHook):
     def get_conn(self) -> Any:
         if self._connection is None:
             self.use(self.connection)
+        extra = self._connection.extra_dejson
+        if self.statement_timeout_s and "connect_timeout" not in extra:  # a server that never answers: same bound
+            self._connection.extra = json.dumps({**extra, "connect_timeout": max(2, int(self.statement_timeout_s))})
         schema = self._search_path
         options = [
             f"-c search_path={schema}" if schema else "",
