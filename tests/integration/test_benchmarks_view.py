@@ -219,12 +219,12 @@ def test_a_hung_warehouse_answers_503_and_the_api_server_stays_responsive(api_se
     try:
         with locker.cursor() as cur:
             cur.execute(f"LOCK TABLE {schema}.runs IN ACCESS EXCLUSIVE MODE")  # held until rollback
-        with ThreadPoolExecutor(12) as pool:
+        with ThreadPoolExecutor(20) as pool:
             pages = [
                 pool.submit(
                     requests.get, f"{api_server}/benchmarks/campaign/moe_kernel_nightly", headers=headers, timeout=60
                 )
-                for _ in range(12)
+                for _ in range(20)  # more than the view's threads and queue
             ]
             time.sleep(1)
             health = requests.get(f"{api_server}/api/v2/monitor/health", timeout=10)
@@ -233,6 +233,7 @@ def test_a_hung_warehouse_answers_503_and_the_api_server_stays_responsive(api_se
         assert health.status_code == 200 and dags.status_code == 200
         assert {a.status_code for a in answers} == {503}
         assert any("did not answer within 3 s" in a.text for a in answers)
+        assert any("still waiting for the warehouse on earlier requests" in a.text for a in answers)
         assert all("/tmp" not in a.text and str(PG_URI) not in a.text for a in answers)
     finally:
         locker.rollback()

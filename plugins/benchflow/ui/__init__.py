@@ -13,12 +13,13 @@ Who sees it: users signed in to Airflow (without a session, the login page) whom
 DAGs (the permission the DAG views need: 403 otherwise); a campaign's page also needs read access to its DAG's
 runs, and the index lists only campaigns whose DAG the user may read. Every page is bounded: at most
 ``pages.MAX_ROWS`` rows per table (the page says "showing N of M"), the newest ``queries.TREND_RUNS`` runs on a
-trend, and ``BENCH_VIEW_TIMEOUT_S`` (default 20 s) per page: the warehouse is read in the view's own few threads,
+trend, and ``BENCH_VIEW_TIMEOUT_S`` (default 20 s) per page: the warehouse is read in the view's own four threads,
 never on the api-server's event loop or its shared thread pool, with the same limit as the session's statement
-timeout on PostgreSQL; a warehouse that does not answer in time gets a 503 page, and when every thread is held
-up the next request gets its 503 at once, so a hung warehouse never holds up the api-server's health, REST API
-or UI. Pages are HTML rendered here (every value through ``html.escape``) with inline SVG charts: no
-JavaScript, nothing fetched from elsewhere; error pages name no server path and echo no long value.
+timeout on PostgreSQL; a warehouse that does not answer in time gets a 503 page, and when every thread and
+queue place is held the next request gets its 503 at once, so a hung warehouse never holds up the
+api-server's health, REST API or UI. Pages are HTML rendered here (every value through ``html.escape``) with
+inline SVG charts: no JavaScript, nothing fetched from elsewhere; error pages name no server path and echo no
+long value.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from benchflow.ui import pages
 
 WORKERS = 4  # threads that read the warehouse for the view: a hung warehouse holds these, nothing else
+QUEUED = 8  # requests that may wait for a thread (within their time); past that, a 503 at once
 MAX_NAME = 200  # characters of a campaign name in a URL (spec names are identifiers, far shorter)
 
 
@@ -52,7 +54,7 @@ def timeout_s() -> float:
 
 
 _pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="benchmarks-view")
-_busy = threading.BoundedSemaphore(WORKERS)
+_slots = threading.BoundedSemaphore(WORKERS + QUEUED)
 
 
 class SignIn(Exception):
@@ -131,25 +133,21 @@ def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
 
 async def _render(work: Callable[[], HTMLResponse], title: str) -> HTMLResponse:
     """Run ``work`` (which reads the warehouse) in the view's threads within the page's time; a 503 page when
-    the warehouse fails, is too slow or every thread is still held by earlier requests."""
-    if not _busy.acquire(blocking=False):
+    the warehouse fails or is too slow, and at once when every thread and queue place is held by earlier
+    requests. A page that timed out before its thread started never runs."""
+    if not _slots.acquire(blocking=False):
         return _page(title, pages.busy(), status=503)
-
-    def guarded() -> HTMLResponse:
-        try:
-            return work()
-        finally:
-            _busy.release()
-
+    try:
+        job = _pool.submit(work)
+    except BaseException:
+        _slots.release()
+        raise
+    job.add_done_callback(lambda _: _slots.release())  # finished, failed or cancelled
     limit = timeout_s()
     try:
-        future = asyncio.get_running_loop().run_in_executor(_pool, guarded)
-    except BaseException:
-        _busy.release()
-        raise
-    try:
-        return await asyncio.wait_for(asyncio.shield(future), timeout=limit)
+        return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job)), timeout=limit)
     except TimeoutError:
+        job.cancel()  # still queued: it never runs (a running one ends at the statement timeout)
         return _page(title, pages.too_slow(limit), status=503)
     except HTTPException:
         raise
