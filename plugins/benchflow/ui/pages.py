@@ -253,6 +253,8 @@ def campaign(warehouse: Warehouse, name: str) -> str:
         count = int(valid.loc[name]["valid"]) if name in valid.index else 0
         if count > queries.TREND_RUNS:
             out.append(f'<p class="muted showing">showing the newest {queries.TREND_RUNS} of {count} valid runs</p>')
+        if (cases := queries.trend_case_count(warehouse, name)) > queries.TREND_CASES:
+            out.append(f'<p class="muted showing">trends read the first {queries.TREND_CASES} of {cases} cases</p>')
         out.append(f"<h2>{escape(comparison_title(kind))}</h2>{comparison(warehouse, kind, name, run)}")
     out.append("<h2>Regressions</h2>")
     if len(findings):

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 RUN_TIME = "COALESCE(logical_date, started_at)"  # when a run counts as having run: its logical date, else its start
 TREND_RUNS = 90  # a trend reads the newest this many valid runs of a campaign (a page stays bounded)
 CASES = 2000  # the most cases a run's headline comparison reads
+TREND_CASES = 500  # the most cases a trend reads
 
 
 # -- one run ---------------------------------------------------------------------------------------------
@@ -87,7 +88,10 @@ def shown_rows(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str, limit: 
 
 def campaigns_with_valid_runs(w: Warehouse, kind: ResultKind) -> list[str]:
     """Campaigns that have a valid run with rows of ``kind``."""
-    frame = w.query(f"SELECT DISTINCT campaign FROM {kind.wide_view} ORDER BY campaign")
+    frame = w.query(
+        f"SELECT DISTINCT v.campaign FROM valid_runs v WHERE EXISTS (SELECT 1 FROM {kind.table} t "
+        "WHERE t.dag_id = v.dag_id AND t.run_id = v.run_id) ORDER BY v.campaign"
+    )
     return [str(c) for c in frame["campaign"]]
 
 
@@ -163,20 +167,31 @@ def regressed_runs(w: Warehouse, campaign: str, metric: str) -> set[str]:
 
 def trend_history(w: Warehouse, campaign: str, metric: str | None = None, last: int = TREND_RUNS) -> pd.DataFrame:
     """The mean of every trend metric and case of the campaign (or of one metric) in each of its newest ``last``
-    valid runs, oldest first."""
+    valid runs, oldest first (what ``metric_history`` holds, over the ``ok`` repeats): the first ``TREND_CASES``
+    cases (in text order) where there are more. Read from ``metric_samples`` with the runs and cases chosen
+    first, so that a campaign of a million cases costs one pass over its samples, not their summaries."""
     p = w.p
-    params: list[Any] = [campaign, int(last), campaign]
-    where = f"h.campaign = {p}"
+    params: list[Any] = [campaign, int(last), campaign, int(TREND_CASES), campaign]
+    where = f"s.campaign = {p} AND s.validity = 'ok'"
     if metric is not None:
-        where += f" AND h.metric = {p}"
+        where += f" AND s.metric = {p}"
         params.append(metric)
     return w.query(
-        "SELECT h.case_key, h.metric, h.dag_id, h.run_id, h.night, h.value, h.n, v.run_at FROM metric_history h "
-        f"JOIN (SELECT dag_id, run_id, {RUN_TIME} AS run_at FROM valid_runs WHERE campaign = {p} "
-        f"ORDER BY {RUN_TIME} DESC, run_id DESC LIMIT {p}) v "
-        f"ON v.dag_id = h.dag_id AND v.run_id = h.run_id WHERE {where} ORDER BY v.run_at, h.run_id",
+        "SELECT s.case_key, s.metric, s.dag_id, s.run_id, s.night, AVG(s.value) AS value, COUNT(*) AS n, v.run_at "
+        f"FROM metric_samples s JOIN (SELECT dag_id, run_id, {RUN_TIME} AS run_at FROM valid_runs "
+        f"WHERE campaign = {p} ORDER BY {RUN_TIME} DESC, run_id DESC LIMIT {p}) v "
+        "ON v.dag_id = s.dag_id AND v.run_id = s.run_id "
+        f"JOIN (SELECT DISTINCT case_key FROM metric_samples WHERE campaign = {p} ORDER BY case_key LIMIT {p}) c "
+        f"ON c.case_key = s.case_key WHERE {where} "
+        "GROUP BY s.case_key, s.metric, s.dag_id, s.run_id, s.night, v.run_at ORDER BY v.run_at, s.run_id",
         params,
     )
+
+
+def trend_case_count(w: Warehouse, campaign: str) -> int:
+    """How many cases the campaign's trends have (a trend reads the first ``TREND_CASES``)."""
+    frame = w.query(f"SELECT count(DISTINCT case_key) AS n FROM metric_samples WHERE campaign = {w.p}", [campaign])
+    return int(frame["n"].iloc[0]) if len(frame) else 0
 
 
 def headline_by_case(
