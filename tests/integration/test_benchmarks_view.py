@@ -124,8 +124,8 @@ def test_without_a_warehouse_the_page_says_so_and_names_no_server_path(tmp_path,
 def test_without_a_session_the_browser_goes_to_the_login_page(auth):
     page = TestClient(app).get("/campaign/moe_kernel_nightly", follow_redirects=False)
     assert page.status_code == 303 and page.headers["location"] == "/auth/login?next=%2Fcampaign%2Fmoe_kernel_nightly"
-    expired = TestClient(app, cookies={"_token": "not-a-token"}).get("/", follow_redirects=False)
-    assert expired.status_code == 403  # a forged session is refused, never shown the page
+    forged = TestClient(app, cookies={"_token": "not-a-token"}).get("/", follow_redirects=False)
+    assert forged.status_code == 303 and forged.headers["location"] == "/auth/login?next=%2F"  # never the page
     assert TestClient(app, headers={"Authorization": "Bearer nope"}).get("/").status_code == 403
 
 

@@ -84,7 +84,8 @@ class Viewer:
 async def signed_in(request: Request) -> Viewer:
     """Only for users signed in to Airflow: the api-server's JWT, from ``Authorization: Bearer`` or the UI's
     session cookie (the view is an iframe of the UI, same origin, so the browser sends it). A browser without a
-    session (or with an expired one) goes to the login page; a bad bearer token gets Airflow's 401/403."""
+    session, or whose session cookie is expired or not valid, goes to the login page; a bad bearer token gets
+    Airflow's 401/403."""
     from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
     from airflow.api_fastapi.core_api.security import resolve_user_from_token
 
@@ -96,10 +97,8 @@ async def signed_in(request: Request) -> Viewer:
         raise SignIn()
     try:
         return Viewer(await resolve_user_from_token(token))
-    except HTTPException as exc:
-        if exc.status_code == 401:  # expired: sign in again
-            raise SignIn() from exc
-        raise
+    except HTTPException as exc:  # expired, or signed with another key (a restarted stack): sign in again
+        raise SignIn() from exc
 
 
 SignedIn = Annotated[Viewer, Depends(signed_in)]
