@@ -37,6 +37,8 @@ with DAG(
                     continue
                 out = artifacts.store(extra["dag_id"], extra["run_id"]) / artifacts.REPORT_DIR
                 written += report.render(warehouse, extra["dag_id"], extra["run_id"], out)
+                judged = report.verdict_line(warehouse, extra["dag_id"], extra["run_id"])
+                print(f"{extra['dag_id']} {extra['run_id']}: verdict: {judged}")
         for path in written:
             print(f"plot: {path}")
         return [str(p) for p in written]

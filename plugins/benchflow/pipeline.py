@@ -21,7 +21,7 @@ from benchflow.paths import project_git_sha
 
 if TYPE_CHECKING:
     from benchflow.kinds import ResultKind
-    from benchflow.records import Finding, RunRecord, Validation
+    from benchflow.records import RunRecord, Validation, Verdict
     from benchflow.spec import CampaignSpec
     from benchflow.warehouse import Warehouse
 
@@ -223,15 +223,16 @@ def load(warehouse: Warehouse, record: RunRecord, kind: ResultKind, parsed: Pars
     return Loaded(record.status, loaded, record.detail, warehouse.location)
 
 
-def detect(warehouse: Warehouse, spec: CampaignSpec, run_id: str) -> list[Finding]:
-    """Judge the loaded run against its baseline (see :mod:`benchflow.analysis.regressions`); store the findings."""
-    from benchflow.analysis.regressions import find
+def detect(warehouse: Warehouse, spec: CampaignSpec, run_id: str) -> Verdict:
+    """Judge the loaded run against its baseline (see :mod:`benchflow.analysis.regressions`); store the findings
+    and the verdict (regressed, fine against N nights, or not judged and why)."""
+    from benchflow.analysis.regressions import assess
     from benchflow.warehouse import queries
 
     limits = spec.regressions.for_gpu(queries.run_gpu_model(warehouse, spec.dag_id, run_id))
-    findings = find(warehouse, spec.dag_id, run_id, limits)
-    warehouse.record_findings(spec.dag_id, run_id, findings)
-    return findings
+    verdict = assess(warehouse, spec.dag_id, run_id, limits)
+    warehouse.record_findings(spec.dag_id, run_id, verdict.findings, verdict)
+    return verdict
 
 
 # What each results task of a campaign DAG runs, XCom dicts in and out: the factory binds the spec
@@ -290,15 +291,16 @@ def detect_task(spec: CampaignSpec, loaded: dict[str, Any], run_id: str, **conte
     from benchflow.analysis.regressions import notify
     from benchflow.warehouse import Warehouse
 
-    findings = detect(Warehouse.from_airflow(), spec, run_id)
+    verdict = detect(Warehouse.from_airflow(), spec, run_id)
+    findings = verdict.findings
     for f in findings:
         print(
             f"REGRESSION {f.case_key} {f.metric}: {f.value:.4g} vs baseline {f.baseline_mean:.4g} "
             f"({f.relative_change:+.1%}, {f.test}, {f.baseline_runs} runs)"
         )
-    print(f"{len(findings)} regressions against the baseline")
+    print(f"verdict: {verdict.text()}")
     notify(spec.regressions.notify, spec.dag_id, run_id, findings)
-    return {"regressions": len(findings)}
+    return {"regressions": len(findings), "verdict": verdict.state, "verdict_text": verdict.text()}
 
 
 def verdict_task(load_task_id: str, ti: Any, **context: Any) -> None:

@@ -77,3 +77,62 @@ class Finding:
     ci_high: float | None = None
     p_value: float | None = None
     test: str = "z"  # 'welch-log' (tonight's repeats against the baseline's) or 'z' (one value a night)
+
+
+VERDICTS = ("regressed", "fine", "not judged")
+
+
+@dataclass
+class Verdict:
+    """What the regression check concluded about one run, in one of three states: ``regressed`` (findings
+    against ``baseline_runs`` baseline nights), ``fine`` (judged against ``baseline_runs`` nights, nothing found)
+    or ``not judged`` (no baseline to judge against, and ``reason`` says why: a manual run, "2 of 5 nights",
+    invalid rows). Never "no regression" for a run that was not judged."""
+
+    state: str
+    baseline_runs: int = 0
+    reason: str = ""
+    findings: list[Finding] = field(default_factory=list)
+    unjudged_cases: int = 0  # (case, metric)s of a judged run whose own history was too short (or repeats too few)
+
+    def __post_init__(self) -> None:
+        if self.state not in VERDICTS:
+            raise ValueError(f"verdict {self.state!r} is not one of {VERDICTS}")
+
+    @classmethod
+    def not_judged(cls, reason: str) -> Verdict:
+        return cls("not judged", reason=reason)
+
+    @property
+    def detail(self) -> str:
+        """What ``runs.verdict_detail`` stores: why not judged, or which cases were left out."""
+        if self.state == "not judged":
+            return self.reason
+        if not self.unjudged_cases:
+            return ""
+        return f"{self.unjudged_cases} case metric(s) without enough history not judged"
+
+    def text(self) -> str:
+        return verdict_text(self.state, self.detail, self.baseline_runs, len(self.findings))
+
+
+def verdict_text(state: Any, detail: Any, baseline_runs: Any, regressions: Any) -> str:
+    """One line for a run's verdict as ``runs`` stores it (the view, ``bench run``, the task logs): a null
+    state (a run loaded before verdicts were recorded, or whose check never ran) reads "not judged" too."""
+
+    def count(value: Any) -> int:
+        try:
+            return int(value) if value is not None and value == value else 0
+        except (TypeError, ValueError):
+            return 0
+
+    state = state if isinstance(state, str) and state in VERDICTS else None
+    detail = detail if isinstance(detail, str) and detail else ""
+    nights = count(baseline_runs)
+    against = f"against {nights} baseline night{'s' if nights != 1 else ''}"
+    note = f"; {detail}" if detail else ""
+    if state == "regressed":
+        return f"{count(regressions)} regression(s) {against}{note}"
+    if state == "fine":
+        return f"no regression {against}{note}"
+    return f"not judged ({detail or 'no verdict recorded'})"

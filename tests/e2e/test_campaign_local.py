@@ -129,6 +129,7 @@ def test_healthy_campaign_loads_validated_rows_matching_the_jsonl(campaigns, var
     assert json.loads(record["host_facts"])["gpu"] == "none"
     assert (record["gpu_model"], record["gpu_count"], record["cuda"]) == ("none", 0, "none")
     assert record["run_type"] == "manual" and len(record["git_sha"]) == 40 and record["regressions"] == 0
+    assert (record["verdict"], record["verdict_detail"]) == ("not judged", "manual run")  # never "0 regressions"
     assert json.loads(record["versions"])["torch"].startswith("2.")
     sql = "SELECT suite, success, failed, rows_checked FROM validations WHERE run_id = ?"
     validation = Warehouse.from_airflow().query(sql, [run_id]).to_dict("records")

@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 
 from benchflow import kinds
-from benchflow.analysis.regressions import find, judge
+from benchflow.analysis.regressions import assess, find, judge
 from benchflow.spec import RegressionLimits
 from benchflow.warehouse import RunRecord, Warehouse
 from tests.conftest import PG_URI, PROJECT_ROOT
@@ -37,10 +37,10 @@ def warehouse(request, tmp_path):
 
 
 def detect(warehouse: Warehouse, dag_id: str, run_id: str, limits: RegressionLimits) -> list:
-    """What the pipeline's detect step does: judge the run, store the findings."""
-    findings = find(warehouse, dag_id, run_id, limits)
-    warehouse.record_findings(dag_id, run_id, findings)
-    return findings
+    """What the pipeline's detect step does: judge the run, store the findings and the verdict."""
+    verdict = assess(warehouse, dag_id, run_id, limits)
+    warehouse.record_findings(dag_id, run_id, verdict.findings, verdict)
+    return verdict.findings
 
 
 def night_run(campaign: str, night: int, status: str = "ok", run_type: str = "scheduled", facts=None) -> RunRecord:
@@ -107,6 +107,52 @@ def test_baseline_ignores_manual_runs_other_gpus_and_invalid_runs(warehouse):
     tonight = night_run("k", 0)
     warehouse.load(tonight, KERNEL, kernel_rows(1.0, rng))
     assert detect(warehouse, tonight.dag_id, tonight.run_id, RegressionLimits()) == []  # no usable baseline at all
+
+
+def stored_verdict(warehouse: Warehouse, run: RunRecord) -> str:
+    from benchflow.records import verdict_text
+
+    row = warehouse.query(
+        "SELECT verdict, verdict_detail, baseline_runs, regressions FROM runs "
+        f"WHERE dag_id = {warehouse.p} AND run_id = {warehouse.p}",
+        [run.dag_id, run.run_id],
+    ).iloc[0]
+    return verdict_text(row["verdict"], row["verdict_detail"], row["baseline_runs"], row["regressions"])
+
+
+def test_a_verdict_is_regressed_fine_against_n_nights_or_not_judged_and_why(warehouse):
+    rng = random.Random(4)
+    for night in (4, 3):
+        warehouse.load(night_run("k3", night), KERNEL, kernel_rows(1.0, rng))
+    short = night_run("k3", 2)  # scheduled, but two nights of history where five are needed
+    warehouse.load(short, KERNEL, kernel_rows(0.5, rng))
+    manual = night_run("k3", 1, run_type="manual")  # half as fast, but a manual run has no baseline
+    warehouse.load(manual, KERNEL, kernel_rows(0.5, rng))
+    noisy = night_run("k3", 0)
+    warehouse.load(noisy, KERNEL, [{**row, "validity": "noisy"} for row in kernel_rows(1.0, rng)])
+    incomplete = night_run("k3", 0.5, status="incomplete")
+    warehouse.load(incomplete, KERNEL, kernel_rows(1.0, rng))
+    expected = [
+        (short, "not judged (2 of 5 nights)"),
+        (manual, "not judged (manual run)"),
+        (noisy, "not judged (invalid rows: 3 noisy)"),
+        (incomplete, "not judged (run incomplete)"),
+    ]
+    for run, text in expected:
+        assert detect(warehouse, run.dag_id, run.run_id, RegressionLimits()) == []
+        assert assess(warehouse, run.dag_id, run.run_id, RegressionLimits()).text() == text
+        assert stored_verdict(warehouse, run) == text  # what the view and `bench run` read
+
+    fine = fill_history(warehouse, tonight_scale=1.0)
+    assert detect(warehouse, fine.dag_id, fine.run_id, RegressionLimits()) == []
+    assert stored_verdict(warehouse, fine) == "no regression against 14 baseline nights"
+    worse = night_run("moe_kernel_nightly", -1)
+    warehouse.load(worse, KERNEL, kernel_rows(0.9, random.Random(7)))
+    findings = detect(warehouse, worse.dag_id, worse.run_id, RegressionLimits())
+    assert findings and stored_verdict(warehouse, worse) == f"{len(findings)} regression(s) against 14 baseline nights"
+    never = night_run("k3", 5)  # loaded, never judged: not "no regression" either
+    warehouse.load(never, KERNEL, kernel_rows(1.0, rng))
+    assert stored_verdict(warehouse, never) == "not judged (no verdict recorded)"
 
 
 def test_judge_knows_which_way_is_worse():

@@ -13,6 +13,10 @@ then the spread decides:
 
 Which way is worse is known per metric (each kind declares it). Thresholds are data in the spec,
 overridable per GPU model (ReFrame-style). A finding records its interval and which test made it.
+
+A run's :class:`~benchflow.records.Verdict` has three states: regressed, fine against N baseline nights, or not
+judged and why: a manual run (its conf may override what the scheduled nights ran, so it has no baseline of its
+own kind), a history shorter than ``min_runs`` ("2 of 5 nights"), a run that is not ``ok``, or no valid rows.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Literal
 
 from benchflow import kinds
-from benchflow.records import Finding
+from benchflow.records import Finding, Verdict
 from benchflow.warehouse import queries
 
 if TYPE_CHECKING:
@@ -97,9 +101,27 @@ def judge(value: float, history: list[float], metric: str, limits: RegressionLim
 
 def find(warehouse: Warehouse, dag_id: str, run_id: str, limits: RegressionLimits) -> list[Finding]:
     """Judge every case and metric of one loaded run against its baseline; returns the findings."""
+    return assess(warehouse, dag_id, run_id, limits).findings
+
+
+def assess(warehouse: Warehouse, dag_id: str, run_id: str, limits: RegressionLimits) -> Verdict:
+    """The run's verdict: its findings against the baseline nights, or why it could not be judged."""
+    record = queries.run_record(warehouse, dag_id, run_id)
+    if not len(record):
+        return Verdict.not_judged("run not loaded")
+    run = record.iloc[0]
+    if run["status"] != "ok":
+        return Verdict.not_judged(f"run {run['status']}")
+    run_type = run["run_type"] if isinstance(run["run_type"], str) and run["run_type"] else "manual"
+    if run_type != "scheduled":
+        return Verdict.not_judged(f"{run_type} run")
     current = queries.run_means(warehouse, dag_id, run_id)
     if not len(current):
-        return []
+        counts = queries.run_validity(warehouse, dag_id, run_id)
+        if not len(counts):
+            return Verdict.not_judged("no trend metric in its rows")
+        bad = ", ".join(f"{int(r.n)} {r.validity}" for r in counts.itertuples(index=False) if r.validity != "ok")
+        return Verdict.not_judged(f"invalid rows: {bad}" if bad else "no valid rows")
     first = current.iloc[0]
     history = queries.baseline_means(
         warehouse, str(first["campaign"]), str(first["gpu_model"]), run_id, first["t"], limits.lookback
@@ -109,20 +131,33 @@ def find(warehouse: Warehouse, dag_id: str, run_id: str, limits: RegressionLimit
     for row in history.itertuples(index=False):
         nights.setdefault((row.case_key, row.metric), []).append(float(row.value))
         runs.setdefault((row.case_key, row.metric), set()).add(str(row.run_id))
+    cases = {(row.case_key, row.metric) for row in current.itertuples(index=False)}
+    deepest = max((len(nights.get(case, [])) for case in cases), default=0)
+    if deepest < limits.min_runs:
+        return Verdict.not_judged(f"{deepest} of {limits.min_runs} nights")
     samples = _samples(warehouse, str(first["campaign"]), str(first["gpu_model"])) if (current["n"] > 1).any() else {}
     findings: list[Finding] = []
+    unjudged: set[tuple[str, str]] = set()
     for row in current.itertuples(index=False):
         case = (row.case_key, row.metric)
+        if len(nights.get(case, [])) < limits.min_runs:
+            unjudged.add(case)
+            continue
         if row.n > 1:
             tonight = samples.get((*case, run_id), [])
             baseline = [v for other in runs.get(case, ()) for v in samples.get((*case, other), [])]
+            if len(tonight) < 2 or len(baseline) < 2:
+                unjudged.add(case)
+                continue
             found = judge_repeats(tonight, baseline, nights.get(case, []), row.metric, limits)
         else:
             found = judge(float(row.value), nights.get(case, []), row.metric, limits)
         if found is not None:
             found.case_key = row.case_key
             findings.append(found)
-    return findings
+    if len(unjudged) == len(cases):
+        return Verdict.not_judged(f"no case with {limits.min_runs} nights of its own")
+    return Verdict("regressed" if findings else "fine", deepest, findings=findings, unjudged_cases=len(unjudged))
 
 
 def _samples(warehouse: Warehouse, campaign: str, gpu_model: str) -> dict[tuple[str, str, str], list[float]]:

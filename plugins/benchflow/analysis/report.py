@@ -45,6 +45,19 @@ def render(warehouse: Warehouse, dag_id: str, run_id: str, out: ObjectStoragePat
     return written
 
 
+def verdict_line(warehouse: Warehouse, dag_id: str, run_id: str) -> str:
+    """The run's verdict as ``runs`` stores it: regressed, fine against N baseline nights, or not judged and why."""
+    from benchflow.records import verdict_text
+
+    run = queries.run_record(warehouse, dag_id, run_id)
+    if not len(run):
+        return "not judged (run not loaded)"
+    first = run.iloc[0]
+    return verdict_text(
+        first.get("verdict"), first.get("verdict_detail"), first.get("baseline_runs"), first["regressions"]
+    )
+
+
 def _trend(warehouse: Warehouse, kind: ResultKind, campaign: str) -> Any:
     """The headline metric night by night for the run's best-covered case; regressed nights circled."""
     import matplotlib.pyplot as plt

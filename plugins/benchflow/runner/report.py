@@ -12,6 +12,8 @@ from benchflow.runner.watch import Watch, failure_of, last_error
 if TYPE_CHECKING:
     from benchflow.spec import CampaignSpec
 
+SHOWN_ROWS = 100  # rows of the run's table printed (a million-row run prints its first 100)
+
 
 def report(spec: CampaignSpec, run_id: str, result_file: Path, logs: Path, watch: Watch, took: float) -> int:
     """Print the outcome; the exit code of ``bench run`` (0 only for a successful run)."""
@@ -38,6 +40,7 @@ def report(spec: CampaignSpec, run_id: str, result_file: Path, logs: Path, watch
 
 def _results(spec: CampaignSpec, run_id: str, watch: Watch) -> None:
     from benchflow import artifacts
+    from benchflow.records import verdict_text
     from benchflow.warehouse import Warehouse, queries
 
     warehouse = Warehouse.from_airflow()
@@ -47,8 +50,14 @@ def _results(spec: CampaignSpec, run_id: str, watch: Watch) -> None:
         first = loaded.iloc[0]
         detail = f": {first['detail']}" if first["detail"] else ""
         watch.say(f"warehouse status: {first['status']} ({first['rows_loaded']} rows){detail}")
-    rows = kind.present(queries.shown_rows(warehouse, kind, spec.dag_id, run_id))
+        judged = verdict_text(
+            first.get("verdict"), first.get("verdict_detail"), first.get("baseline_runs"), first["regressions"]
+        )
+        watch.say(f"verdict: {judged}")
+    rows = kind.present(queries.shown_rows(warehouse, kind, spec.dag_id, run_id, limit=SHOWN_ROWS))
     watch.say(rows.to_string(index=False) if len(rows) else "(no rows loaded)")
+    if len(rows) == SHOWN_ROWS and (total := queries.run_row_count(warehouse, kind, spec.dag_id, run_id)) > len(rows):
+        watch.say(f"showing {len(rows)} of {total} rows (bench sql for all of them)")
     watch.say(f"results: {warehouse.location} (bench sql, or the Benchmarks view of `make up`)")
     if (folder := artifacts.local_folder(spec.dag_id, run_id)) is not None:
         watch.say(f"artifacts: {folder}")

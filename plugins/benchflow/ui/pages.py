@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from benchflow.kinds import ResultKind
+    from benchflow.spec import CampaignSpec
     from benchflow.warehouse import Warehouse
 
 STYLE = """
@@ -25,33 +27,89 @@ table{border-collapse:collapse;background:#fff;font-size:13px;margin:6px 0 12px}
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:right}th{background:#f0f2f5}td.text,th.text{text-align:left}
 .muted{color:#666;font-size:13px}.bad{color:#c53030;font-weight:600}.ok{color:#2f855a;font-weight:600}
 .charts{display:flex;flex-wrap:wrap;gap:12px}
-a{color:#2b6cb0}.empty{color:#888}
+a{color:#2b6cb0}.empty{color:#888}.unjudged{color:#5a5a5a;font-weight:600}
 """
+
+
+MAX_ROWS = 500  # rows of a table on one page (the page says "showing N of M")
+MAX_FINDINGS = 200  # regressions listed on a campaign's page
+_PATH = re.compile(r"(?<![\w.])(?:/[^\s/'\"():,;]+){2,}/?")
 
 
 def document(title: str, body: str) -> str:
     return (
-        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(clip(title))}</title>'
         f"<style>{STYLE}</style></head><body>{body}</body></html>"
     )
 
 
+def clip(text: str, limit: int = 300) -> str:
+    """At most ``limit`` characters of ``text`` (what an error page echoes of a value)."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
+def scrub(text: str) -> str:
+    """``text`` without absolute server paths: each becomes its last part (a file's name)."""
+    return _PATH.sub(lambda m: m.group().rstrip("/").rsplit("/", 1)[-1], str(text))
+
+
 def problem(exc: BaseException) -> str:
     return (
-        f'<h1>Benchmarks</h1><p class="bad">The warehouse cannot be read: {escape(str(exc))}</p>'
+        f'<h1>Benchmarks</h1><p class="bad">The warehouse cannot be read: {escape(clip(scrub(str(exc))))}</p>'
         '<p class="muted">Run a campaign (or <code>bench migrate</code>) to create it.</p>'
     )
 
 
-def open_warehouse() -> Warehouse:
+def too_slow(limit: float) -> str:
+    return (
+        f'<h1>Benchmarks</h1><p class="bad">The warehouse did not answer within {limit:g} s.</p>'
+        '<p class="muted">It may be busy or locked; try again later (<code>BENCH_VIEW_TIMEOUT_S</code> sets the '
+        "limit).</p>"
+    )
+
+
+def busy() -> str:
+    return (
+        '<h1>Benchmarks</h1><p class="bad">The Benchmarks view is still waiting for the warehouse on earlier '
+        'requests.</p><p class="muted">Try again in a moment.</p>'
+    )
+
+
+def forbidden(what: str) -> str:
+    return f'<h1>Benchmarks</h1><p class="bad">Your Airflow role may not {escape(clip(what))}.</p>'
+
+
+def open_warehouse(statement_timeout_s: float | None = None) -> Warehouse:
     from benchflow.warehouse import Warehouse
 
-    return Warehouse.from_airflow(read_only=True)
+    return Warehouse.from_airflow(read_only=True, statement_timeout_s=statement_timeout_s)
+
+
+def where(warehouse: Warehouse) -> str:
+    """The warehouse as a page names it: a DuckDB file by its name, never its absolute path."""
+    return scrub(warehouse.location)
+
+
+def dag_id_of(campaign: str) -> str:
+    """The DAG a campaign's spec builds (``bench_<name>``)."""
+    return f"bench_{campaign}"
 
 
 def run_href(dag_id: str, run_id: str) -> str:
     """The DAG run's page in the Airflow UI (the view is an iframe: links open in the top window)."""
     return f"/dags/{quote(str(dag_id), safe='')}/runs/{quote(str(run_id), safe='')}"
+
+
+def verdict(run: Any) -> str:
+    """A run's verdict as a page shows it: red when regressed, green only when judged fine against its baseline
+    nights, grey with the reason when it was not judged."""
+    from benchflow.records import verdict_text
+
+    state = run.get("verdict")
+    text = verdict_text(state, run.get("verdict_detail"), run.get("baseline_runs"), run.get("regressions"))
+    css = {"regressed": "bad", "fine": "ok"}.get(state if isinstance(state, str) else "", "unjudged")
+    return f'<span class="{css}">{escape(text)}</span>'
 
 
 def _cell(value: Any) -> tuple[str, str]:
@@ -71,7 +129,8 @@ def _cell(value: Any) -> tuple[str, str]:
     return escape(str(value)), "text"
 
 
-def table(frame: pd.DataFrame, links: dict[str, Any] | None = None) -> str:
+def table(frame: pd.DataFrame, links: dict[str, Any] | None = None, total: int | None = None) -> str:
+    """The frame as a table; ``total``: how many rows there are in all, when the frame holds the first few."""
     if not len(frame):
         return '<p class="empty">(no rows)</p>'
     head = "".join(f"<th>{escape(str(c))}</th>" for c in frame.columns)
@@ -84,7 +143,10 @@ def table(frame: pd.DataFrame, links: dict[str, Any] | None = None) -> str:
                 text = f'<a href="{escape(links[column](record))}" target="_top">{text}</a>'
             cells.append(f'<td class="{css}">{text}</td>' if css else f"<td>{text}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    shown = ""
+    if total is not None and total > len(frame):
+        shown = f'<p class="muted showing">showing {len(frame)} of {total} rows</p>'
+    return f"{shown}<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
 def campaigns(warehouse: Warehouse) -> dict[str, ResultKind]:
@@ -98,66 +160,100 @@ def campaigns(warehouse: Warehouse) -> dict[str, ResultKind]:
     return dict(sorted(found.items()))
 
 
-def index(warehouse: Warehouse) -> str:
-    found = campaigns(warehouse)
+def specs() -> tuple[dict[str, CampaignSpec], list[str]]:
+    """Every campaign spec that builds a DAG, by name, and the file names of the rejected ones."""
+    from benchflow.spec import load_all
+
+    found, errors = load_all()
+    return {s.name: s for s in found}, sorted({e.path.name for e in errors if getattr(e, "path", None)})
+
+
+def index(warehouse: Warehouse, may_read: Callable[[str], bool] = lambda dag_id: True) -> str:
+    """Every campaign spec (with runs or not) and every campaign with runs in the warehouse; only those whose DAG
+    the user may read."""
+    defined, rejected = specs()
+    with_runs = campaigns(warehouse)
     latest = queries.latest_valid_runs(warehouse).set_index("campaign")
     runs = queries.run_counts(warehouse).set_index("campaign")
+    names = sorted(set(defined) | set(with_runs) | {str(c) for c in runs.index})
     rows = []
-    for name, kind in found.items():
+    hidden = 0
+    for name in names:
+        spec = defined.get(name)
+        dag_id = spec.dag_id if spec is not None else dag_id_of(name)
+        if not may_read(dag_id):
+            hidden += 1
+            continue
+        kind = with_runs.get(name) or (spec.result_kind if spec is not None else None)
         last = latest.loc[name] if name in latest.index else None
         count = runs.loc[name] if name in runs.index else None
-        regressed = int(last["regressions"] or 0) if last is not None else 0
-        flag = f'<span class="bad">{regressed} regression(s)</span>' if regressed else '<span class="ok">none</span>'
-        link = (
-            f'<a href="{escape(run_href(last["dag_id"], last["run_id"]))}" target="_top">'
-            f"{escape(str(last['run_id']))}</a>"
-            if last is not None
-            else ""
-        )
+        if last is not None:
+            link = (
+                f'<a href="{escape(run_href(last["dag_id"], last["run_id"]))}" target="_top">'
+                f"{escape(str(last['run_id']))}</a>"
+            )
+            flag = verdict(last)
+        else:
+            link = '<span class="empty">no valid run yet</span>'
+            flag = '<span class="unjudged">not judged (no valid run)</span>'
+        if spec is None:
+            where_from = '<span class="muted">no spec (runs only)</span>'
+        else:
+            where_from = escape(spec.schedule or "manual only")
         rows.append(
             f'<tr><td class="text"><a href="campaign/{quote(name, safe="")}">{escape(name)}</a></td>'
-            f'<td class="text">{escape(kind.name)}</td><td class="text">{link}</td>'
+            f'<td class="text">{escape(kind.name if kind is not None else "")}</td>'
+            f'<td class="text">{where_from}</td><td class="text">{link}</td>'
             f'<td class="text">{escape(str(last["night"]) if last is not None else "")}</td>'
             f'<td class="text">{escape(str(last["gpu_model"]) if last is not None else "")}</td>'
             f"<td>{int(count['valid']) if count is not None else 0} / {int(count['runs']) if count is not None else 0}"
             f'</td><td class="text">{flag}</td></tr>'
         )
+    notes = []
+    if hidden:
+        notes.append(f"{hidden} campaign(s) whose DAG your role may not read are left out.")
+    if rejected:
+        notes.append(f"Rejected specs (no DAG; <code>bench validate</code> says why): {escape(', '.join(rejected))}.")
+    foot = "".join(f'<p class="muted">{n}</p>' for n in notes)
     if not rows:
-        return '<h1>Benchmarks</h1><p class="empty">No valid run in the warehouse yet.</p>'
+        return f'<h1>Benchmarks</h1><p class="empty">No campaign yet.</p>{foot}'
     head = (
-        "<tr><th class='text'>campaign</th><th class='text'>kind</th><th class='text'>latest valid run</th>"
-        "<th class='text'>night</th><th class='text'>GPU</th><th>valid / all runs</th>"
-        "<th class='text'>regressions in the latest run</th></tr>"
+        "<tr><th class='text'>campaign</th><th class='text'>kind</th><th class='text'>schedule</th>"
+        "<th class='text'>latest valid run</th><th class='text'>night</th><th class='text'>GPU</th>"
+        "<th>valid / all runs</th><th class='text'>verdict of the latest valid run</th></tr>"
     )
     return (
-        f"<h1>Benchmarks</h1><p class='muted'>warehouse: {escape(warehouse.location)}</p>"
-        f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
+        f"<h1>Benchmarks</h1><p class='muted'>warehouse: {escape(where(warehouse))}</p>"
+        f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>{foot}"
     )
 
 
 def campaign(warehouse: Warehouse, name: str) -> str:
     found = campaigns(warehouse)
     if name not in found:
-        raise KeyError(name)
+        return campaign_without_valid_runs(warehouse, name)
     kind = found[name]
     run = queries.latest_valid_runs(warehouse, name).iloc[0]
-    rows = kind.present(queries.shown_rows(warehouse, kind, run["dag_id"], run["run_id"]))
-    findings = queries.findings(warehouse, name)
+    total = queries.run_row_count(warehouse, kind, run["dag_id"], run["run_id"])
+    rows = kind.present(queries.shown_rows(warehouse, kind, run["dag_id"], run["run_id"], limit=MAX_ROWS))
+    findings = queries.findings(warehouse, name, limit=MAX_FINDINGS)
     out = [
         f'<p class="muted"><a href="../">All campaigns</a></p><h1>{escape(name)}</h1>',
-        f'<p class="muted">kind {escape(kind.name)}; warehouse {escape(warehouse.location)}</p>',
+        f'<p class="muted">kind {escape(kind.name)}; warehouse {escape(where(warehouse))}</p>',
         f'<h2>Latest valid run</h2><p><a href="{escape(run_href(run["dag_id"], run["run_id"]))}" target="_top">'
         f"{escape(str(run['run_id']))}</a> · night {escape(str(run['night']))} · host {escape(str(run['host']))}"
         f" · GPU {escape(str(run['gpu_model']))} · {int(run['rows_loaded'] or 0)} rows · ",
-        (
-            f'<span class="bad">{int(run["regressions"])} regression(s)</span>'
-            if run["regressions"]
-            else '<span class="ok">no regression</span>'
-        )
-        + "</p>",
-        table(rows),
+        f"verdict: {verdict(run)}</p>",
+        table(rows, total=total),
     ]
     out.append(charts_pages.sections(warehouse, kind, name, run, findings, run_href))
+    if kind.trend:
+        valid = queries.run_counts(warehouse).set_index("campaign")
+        count = int(valid.loc[name]["valid"]) if name in valid.index else 0
+        if count > queries.TREND_RUNS:
+            out.append(f'<p class="muted showing">trends show the newest {queries.TREND_RUNS} of {count} runs</p>')
+        if (cases := queries.trend_case_count(warehouse, name)) > queries.TREND_CASES:
+            out.append(f'<p class="muted showing">trends show the first {queries.TREND_CASES} of {cases} cases</p>')
     out.append("<h2>Regressions</h2>")
     if len(findings):
         rank = sorted(
@@ -167,9 +263,43 @@ def campaign(warehouse: Warehouse, name: str) -> str:
         rank.sort(key=lambda i: str(findings["night"].iloc[i]), reverse=True)  # newest night first, stable
         findings = findings.iloc[rank].reset_index(drop=True)
         findings["relative_change"] = findings["relative_change"].map(lambda v: f"{100 * v:+.1f}%")
-        out.append(table(findings, links={"run_id": lambda r: run_href(r.dag_id, r.run_id)}))
+        links = {"run_id": lambda r: run_href(r.dag_id, r.run_id)}
+        out.append(table(findings, links=links, total=queries.finding_count(warehouse, name)))
+    elif run.get("verdict") in ("fine", "regressed"):
+        out.append(f'<p class="ok">none found in any run (the latest: {verdict(run)})</p>')
     else:
-        out.append('<p class="ok">none found</p>')
+        out.append(f'<p class="unjudged">none recorded; the latest valid run was {verdict(run)}</p>')
+    return "".join(out)
+
+
+def campaign_without_valid_runs(warehouse: Warehouse, name: str) -> str:
+    """A campaign that has a spec, or runs that are not valid, but no valid run: what there is to say."""
+    defined, _ = specs()
+    spec = defined.get(name)
+    newest = queries.campaign_runs(warehouse, name)
+    if spec is None and not len(newest):
+        raise KeyError(name)
+    out = [f'<p class="muted"><a href="../">All campaigns</a></p><h1>{escape(name)}</h1>']
+    if spec is not None:
+        out.append(
+            f'<p class="muted">kind {escape(spec.kind)}; schedule {escape(spec.schedule or "manual only")}; '
+            f"host {escape(spec.host)}; DAG {escape(spec.dag_id)}</p>"
+        )
+        if spec.description:
+            out.append(f"<p>{escape(spec.description)}</p>")
+    if len(newest):
+        last = newest.iloc[0]
+        out.append(
+            f'<p>No valid run yet. The newest run, <a href="{escape(run_href(last["dag_id"], last["run_id"]))}" '
+            f'target="_top">{escape(str(last["run_id"]))}</a>, is {escape(str(last["status"]))}'
+            f"{': ' + escape(clip(str(last['detail']))) if last['detail'] else ''}; {verdict(last)}.</p>"
+        )
+    else:
+        out.append(
+            f'<p class="empty">No run in the warehouse yet: trigger <code>{escape(dag_id_of(name))}</code> in '
+            "Airflow, or <code>bench run</code> it.</p>"
+        )
+    out.append('<p class="unjudged">not judged (no valid run)</p>')
     return "".join(out)
 
 

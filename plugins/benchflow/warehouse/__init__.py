@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchflow.paths import var_dir
-from benchflow.records import Finding, RunRecord, Validation
+from benchflow.records import Finding, RunRecord, Validation, Verdict
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -82,9 +82,10 @@ class Warehouse:
         self.p: str = hook.placeholder
 
     @classmethod
-    def from_airflow(cls, read_only: bool = False) -> Warehouse:
+    def from_airflow(cls, read_only: bool = False, statement_timeout_s: float | None = None) -> Warehouse:
         """The connection ``bench_warehouse`` (conn type ``postgres`` or ``duckdb``) if defined, else
-        ``var/warehouse.duckdb``."""
+        ``var/warehouse.duckdb``. ``statement_timeout_s`` bounds each statement on PostgreSQL (a lock held
+        elsewhere, a slow query): the server cancels it."""
         from airflow.sdk import BaseHook
         from airflow.sdk.exceptions import AirflowNotFoundException
 
@@ -92,7 +93,9 @@ class Warehouse:
             conn = BaseHook.get_connection(CONN_ID)
         except AirflowNotFoundException:
             return cls.at(default_path(), read_only=read_only)
-        return cls._from_connection(conn, read_only)
+        warehouse = cls._from_connection(conn, read_only)
+        warehouse.hook.statement_timeout_s = statement_timeout_s
+        return warehouse
 
     @classmethod
     def _from_connection(cls, conn: Any, read_only: bool) -> Warehouse:
@@ -120,13 +123,17 @@ class Warehouse:
         return cls(hook, str(hook.snapshot_path() if read_only else path))
 
     @classmethod
-    def postgres(cls, uri: str, search_path: str | None = None, read_only: bool = False) -> Warehouse:
+    def postgres(
+        cls, uri: str, search_path: str | None = None, read_only: bool = False, statement_timeout_s: float | None = None
+    ) -> Warehouse:
         from airflow.models.connection import Connection
 
         conn = Connection(conn_id=CONN_ID, uri=uri)
         if search_path:
             conn.set_extra(json.dumps({**conn.extra_dejson, "search_path": search_path}))
-        return cls._from_connection(conn, read_only)
+        warehouse = cls._from_connection(conn, read_only)
+        warehouse.hook.statement_timeout_s = statement_timeout_s
+        return warehouse
 
     @contextmanager
     def connection(self) -> Iterator[Any]:
@@ -199,8 +206,11 @@ class Warehouse:
                     )
         return run.rows_loaded
 
-    def record_findings(self, dag_id: str, run_id: str, findings: list[Finding]) -> None:
-        """Replace a run's regression findings and their count on ``runs``."""
+    def record_findings(
+        self, dag_id: str, run_id: str, findings: list[Finding], verdict: Verdict | None = None
+    ) -> None:
+        """Replace a run's regression findings and their count on ``runs``, and its verdict (by default: regressed
+        when there are findings, else left as it was: nothing here says the run was judged fine)."""
         now = _now()
         p = self.p
         with self.transaction() as tx:
@@ -231,6 +241,15 @@ class Warehouse:
                 f"UPDATE runs SET regressions = {p} WHERE dag_id = {p} AND run_id = {p}",
                 [len(findings), dag_id, run_id],
             )
+            if verdict is None and findings:
+                nights = max(f.baseline_runs for f in findings)
+                verdict = Verdict("regressed", nights, findings=findings)
+            if verdict is not None:
+                tx.execute(
+                    f"UPDATE runs SET verdict = {p}, verdict_detail = {p}, baseline_runs = {p} "
+                    f"WHERE dag_id = {p} AND run_id = {p}",
+                    [verdict.state, verdict.detail, verdict.baseline_runs, dag_id, run_id],
+                )
 
     @staticmethod
     def _quarantine(
@@ -320,4 +339,4 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-__all__ = ["CONN_ID", "Finding", "RunRecord", "Transaction", "Validation", "Warehouse", "default_path"]
+__all__ = ["CONN_ID", "Finding", "RunRecord", "Transaction", "Validation", "Verdict", "Warehouse", "default_path"]

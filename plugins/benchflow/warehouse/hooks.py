@@ -30,6 +30,7 @@ class WarehouseHook(Protocol):
     conn_type: str
     read_only: bool
     last_description: Any
+    statement_timeout_s: float | None  # PostgreSQL: the session's statement_timeout (DuckDB reads a local file)
 
     @property
     def placeholder(self) -> str: ...
@@ -77,6 +78,7 @@ class DuckDBHook(DbApiHook):
         self.path = Path(path) if path is not None else None
         self.read_only = read_only
         self.lock_wait_s = lock_wait_s
+        self.statement_timeout_s: float | None = None
 
     @property
     def placeholder(self) -> str:
@@ -155,6 +157,7 @@ class WarehousePostgresHook(PostgresHook):
     def __init__(self, *args: Any, read_only: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.read_only = read_only
+        self.statement_timeout_s: float | None = None
         self._search_path: str | None = None
         self._base_options = self.options
 
@@ -175,10 +178,14 @@ class WarehousePostgresHook(PostgresHook):
     def get_conn(self) -> Any:
         if self._connection is None:
             self.use(self.connection)
+        extra = self._connection.extra_dejson
+        if self.statement_timeout_s and "connect_timeout" not in extra:  # a server that never answers: same bound
+            self._connection.extra = json.dumps({**extra, "connect_timeout": max(2, int(self.statement_timeout_s))})
         schema = self._search_path
         options = [
             f"-c search_path={schema}" if schema else "",
             "-c default_transaction_read_only=on" if self.read_only else "",
+            f"-c statement_timeout={max(1, int(self.statement_timeout_s * 1000))}" if self.statement_timeout_s else "",
         ]
         self.options = " ".join(o for o in [self._base_options or "", *options] if o) or None
         return super().get_conn()

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from benchflow.warehouse import Warehouse
 
 RUN_TIME = "COALESCE(logical_date, started_at)"  # when a run counts as having run: its logical date, else its start
+TREND_RUNS = 90  # a trend reads the newest this many valid runs of a campaign (a page stays bounded)
+CASES = 2000  # the most cases a run's headline comparison reads
+TREND_CASES = 500  # the most cases a trend reads
 
 
 # -- one run ---------------------------------------------------------------------------------------------
@@ -36,19 +39,48 @@ def run_gpu_model(w: Warehouse, dag_id: str, run_id: str) -> str:
     return str(found["gpu_model"].iloc[0]) if len(found) else "none"
 
 
-def run_rows(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str, columns: tuple[str, ...] = ()) -> pd.DataFrame:
-    """A run's rows of ``kind`` in key order: ``columns`` (default: every column the kind declares)."""
+def run_rows(
+    w: Warehouse,
+    kind: ResultKind,
+    dag_id: str,
+    run_id: str,
+    columns: tuple[str, ...] = (),
+    limit: int | None = None,
+) -> pd.DataFrame:
+    """A run's rows of ``kind`` in key order: ``columns`` (default: every column the kind declares); the first
+    ``limit`` when given."""
     p = w.p
     chosen = ", ".join(columns or kind.column_names)
+    params: list[Any] = [dag_id, run_id]
+    sql = f"SELECT {chosen} FROM {kind.table} WHERE dag_id = {p} AND run_id = {p} ORDER BY {kindsql.order_sql(kind)}"
+    if limit is not None:
+        sql += f" LIMIT {p}"
+        params.append(int(limit))
+    return w.query(sql, params)
+
+
+def run_row_count(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str) -> int:
+    """How many rows of ``kind`` a run has."""
+    p = w.p
+    frame = w.query(f"SELECT count(*) AS n FROM {kind.table} WHERE dag_id = {p} AND run_id = {p}", [dag_id, run_id])
+    return int(frame["n"].iloc[0]) if len(frame) else 0
+
+
+def run_validity(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
+    """How many of a run's rows have each validity (``ok``, ``noisy``, ``contended``, …), counted on one of
+    its trend metrics (each row carries each metric once)."""
+    p = w.p
     return w.query(
-        f"SELECT {chosen} FROM {kind.table} WHERE dag_id = {p} AND run_id = {p} ORDER BY {kindsql.order_sql(kind)}",
-        [dag_id, run_id],
+        f"SELECT validity, COUNT(*) AS n FROM metric_samples s WHERE s.dag_id = {p} AND s.run_id = {p} AND s.metric = "
+        f"(SELECT MIN(metric) FROM metric_samples m WHERE m.dag_id = {p} AND m.run_id = {p}) "
+        "GROUP BY validity ORDER BY validity",
+        [dag_id, run_id, dag_id, run_id],
     )
 
 
-def shown_rows(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str) -> pd.DataFrame:
-    """The columns of a run that its table shows (``bench run``, the Benchmarks view)."""
-    return run_rows(w, kind, dag_id, run_id, kind.shown)
+def shown_rows(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str, limit: int | None = None) -> pd.DataFrame:
+    """The columns of a run that its table shows (``bench run``, the Benchmarks view): its first ``limit``."""
+    return run_rows(w, kind, dag_id, run_id, kind.shown, limit)
 
 
 # -- campaigns -------------------------------------------------------------------------------------------
@@ -56,16 +88,33 @@ def shown_rows(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str) -> pd.D
 
 def campaigns_with_valid_runs(w: Warehouse, kind: ResultKind) -> list[str]:
     """Campaigns that have a valid run with rows of ``kind``."""
-    frame = w.query(f"SELECT DISTINCT campaign FROM {kind.wide_view} ORDER BY campaign")
+    frame = w.query(
+        f"SELECT DISTINCT v.campaign FROM valid_runs v WHERE EXISTS (SELECT 1 FROM {kind.table} t "
+        "WHERE t.dag_id = v.dag_id AND t.run_id = v.run_id) ORDER BY v.campaign"
+    )
     return [str(c) for c in frame["campaign"]]
 
 
 def latest_valid_runs(w: Warehouse, campaign: str | None = None) -> pd.DataFrame:
     """The newest valid run of every campaign (or of one)."""
-    columns = "campaign, dag_id, run_id, night, host, gpu_model, run_type, rows_loaded, regressions"
+    columns = (
+        "campaign, dag_id, run_id, night, host, gpu_model, run_type, rows_loaded, regressions, verdict, "
+        "verdict_detail, baseline_runs"
+    )
     if campaign is None:
         return w.query(f"SELECT {columns} FROM latest_valid_runs ORDER BY campaign")
     return w.query(f"SELECT {columns} FROM latest_valid_runs WHERE campaign = {w.p}", [campaign])
+
+
+def campaign_runs(w: Warehouse, campaign: str) -> pd.DataFrame:
+    """The campaign's newest run of any status (its dag_id, status, detail and verdict), or no row."""
+    p = w.p
+    return w.query(
+        "SELECT dag_id, run_id, status, detail, run_type, regressions, verdict, verdict_detail, baseline_runs, "
+        f"CAST({RUN_TIME} AS DATE) AS night FROM runs WHERE campaign = {p} ORDER BY {RUN_TIME} DESC, run_id DESC "
+        "LIMIT 1",
+        [campaign],
+    )
 
 
 def run_counts(w: Warehouse) -> pd.DataFrame:
@@ -76,16 +125,30 @@ def run_counts(w: Warehouse) -> pd.DataFrame:
     )
 
 
-def findings(w: Warehouse, campaign: str) -> pd.DataFrame:
-    """Every regression found in the campaign's runs, with the night it was found."""
+def findings(w: Warehouse, campaign: str, limit: int | None = None) -> pd.DataFrame:
+    """Every regression found in the campaign's runs (the newest ``limit``), with the night it was found."""
     p = w.p
-    return w.query(
+    params: list[Any] = [campaign]
+    sql = (
         "SELECT g.dag_id, g.run_id, r.night, g.case_key, g.metric, g.value, g.baseline_mean, g.relative_change, "
         f"g.z_score FROM regressions g JOIN (SELECT dag_id, run_id, campaign, CAST({RUN_TIME} AS DATE) AS night "
         f"FROM runs) r ON r.dag_id = g.dag_id AND r.run_id = g.run_id WHERE r.campaign = {p} "
-        "ORDER BY r.night DESC, g.case_key",
+        "ORDER BY r.night DESC, g.case_key, g.metric"
+    )
+    if limit is not None:
+        sql += f" LIMIT {p}"
+        params.append(int(limit))
+    return w.query(sql, params)
+
+
+def finding_count(w: Warehouse, campaign: str) -> int:
+    """How many regressions were found in the campaign's runs."""
+    frame = w.query(
+        "SELECT count(*) AS n FROM regressions g JOIN runs r ON r.dag_id = g.dag_id AND r.run_id = g.run_id "
+        f"WHERE r.campaign = {w.p}",
         [campaign],
     )
+    return int(frame["n"].iloc[0]) if len(frame) else 0
 
 
 def regressed_runs(w: Warehouse, campaign: str, metric: str) -> set[str]:
@@ -102,31 +165,51 @@ def regressed_runs(w: Warehouse, campaign: str, metric: str) -> set[str]:
 # -- trends and summaries ----------------------------------------------------------------------------------
 
 
-def trend_history(w: Warehouse, campaign: str, metric: str | None = None) -> pd.DataFrame:
-    """Each valid run's mean of every trend metric and case of the campaign (or of one metric), oldest first."""
+def trend_history(w: Warehouse, campaign: str, metric: str | None = None, last: int = TREND_RUNS) -> pd.DataFrame:
+    """The mean of every trend metric and case of the campaign (or of one metric) in each of its newest ``last``
+    valid runs, oldest first (what ``metric_history`` holds, over the ``ok`` repeats): the first ``TREND_CASES``
+    cases (in text order) where there are more. Read from ``metric_samples`` with the runs and cases chosen
+    first, so that a campaign of a million cases costs one pass over its samples, not their summaries."""
     p = w.p
-    params: list[Any] = [campaign]
-    where = f"h.campaign = {p}"
+    params: list[Any] = [campaign, int(last), campaign, int(TREND_CASES), campaign]
+    where = f"s.campaign = {p} AND s.validity = 'ok'"
     if metric is not None:
-        where += f" AND h.metric = {p}"
+        where += f" AND s.metric = {p}"
         params.append(metric)
     return w.query(
-        "SELECT h.case_key, h.metric, h.dag_id, h.run_id, h.night, h.value, h.n, "
-        "COALESCE(v.logical_date, v.started_at) AS run_at FROM metric_history h JOIN valid_runs v "
-        f"ON v.dag_id = h.dag_id AND v.run_id = h.run_id WHERE {where} ORDER BY run_at, h.run_id",
+        "SELECT s.case_key, s.metric, s.dag_id, s.run_id, s.night, AVG(s.value) AS value, COUNT(*) AS n, v.run_at "
+        f"FROM metric_samples s JOIN (SELECT dag_id, run_id, {RUN_TIME} AS run_at FROM valid_runs "
+        f"WHERE campaign = {p} ORDER BY {RUN_TIME} DESC, run_id DESC LIMIT {p}) v "
+        "ON v.dag_id = s.dag_id AND v.run_id = s.run_id "
+        f"JOIN (SELECT DISTINCT case_key FROM metric_samples WHERE campaign = {p} ORDER BY case_key LIMIT {p}) c "
+        f"ON c.case_key = s.case_key WHERE {where} "
+        "GROUP BY s.case_key, s.metric, s.dag_id, s.run_id, s.night, v.run_at ORDER BY v.run_at, s.run_id",
         params,
     )
 
 
-def headline_by_case(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str) -> pd.DataFrame:
-    """The kind's headline metric of a run, its mean over the repeats (warm-ups left out), per case."""
+def trend_case_count(w: Warehouse, campaign: str) -> int:
+    """How many cases the campaign's trends have (a trend reads the first ``TREND_CASES``)."""
+    frame = w.query(f"SELECT count(DISTINCT case_key) AS n FROM metric_samples WHERE campaign = {w.p}", [campaign])
+    return int(frame["n"].iloc[0]) if len(frame) else 0
+
+
+def headline_by_case(
+    w: Warehouse, kind: ResultKind, dag_id: str, run_id: str, limit: int | None = CASES
+) -> pd.DataFrame:
+    """The kind's headline metric of a run, its mean over the repeats (warm-ups left out), per case (the first
+    ``limit`` cases)."""
     p = w.p
     columns = ", ".join(kind.case)
-    return w.query(
+    params: list[Any] = [dag_id, run_id]
+    sql = (
         f"SELECT {columns}, AVG({kind.headline}) AS value FROM {kind.wide_view} WHERE dag_id = {p} AND run_id = {p} "
-        f"AND {kind.headline} IS NOT NULL AND {kindsql.measured_sql(kind)} GROUP BY {columns} ORDER BY {columns}",
-        [dag_id, run_id],
+        f"AND {kind.headline} IS NOT NULL AND {kindsql.measured_sql(kind)} GROUP BY {columns} ORDER BY {columns}"
     )
+    if limit is not None:
+        sql += f" LIMIT {p}"
+        params.append(int(limit))
+    return w.query(sql, params)
 
 
 def run_means(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
@@ -217,14 +300,19 @@ def valid_runs_of(w: Warehouse, campaign: str, night: str | None = None) -> pd.D
 # -- the Benchmarks view's charts --------------------------------------------------------------------------
 
 
-def trend_intervals(w: Warehouse, campaign: str) -> pd.DataFrame:
-    """Each valid run's mean of every trend metric and case of the campaign with its 95 % interval over the run's
-    ``ok`` repeats (``case_summary``) and when the run ran, oldest first."""
+def trend_intervals(w: Warehouse, campaign: str, last: int = TREND_RUNS) -> pd.DataFrame:
+    """Each of the newest ``last`` valid runs' mean of every trend metric and case of the campaign (the first
+    ``TREND_CASES`` cases in text order, as :func:`trend_history`) with its 95 % interval over the run's ``ok``
+    repeats (``case_summary``) and when the run ran, oldest first."""
+    p = w.p
     return w.query(
         "SELECT s.case_key, s.metric, s.dag_id, s.run_id, s.night, s.n, s.mean AS value, s.ci_low, s.ci_high, "
-        "COALESCE(v.logical_date, v.started_at) AS run_at FROM case_summary s JOIN valid_runs v "
-        f"ON v.dag_id = s.dag_id AND v.run_id = s.run_id WHERE s.campaign = {w.p} ORDER BY run_at, s.run_id",
-        [campaign],
+        f"v.run_at FROM case_summary s JOIN (SELECT dag_id, run_id, {RUN_TIME} AS run_at FROM valid_runs "
+        f"WHERE campaign = {p} ORDER BY {RUN_TIME} DESC, run_id DESC LIMIT {p}) v "
+        "ON v.dag_id = s.dag_id AND v.run_id = s.run_id "
+        f"JOIN (SELECT DISTINCT case_key FROM metric_samples WHERE campaign = {p} ORDER BY case_key LIMIT {p}) c "
+        f"ON c.case_key = s.case_key WHERE s.campaign = {p} ORDER BY v.run_at, s.run_id",
+        [campaign, int(last), campaign, int(TREND_CASES), campaign],
     )
 
 
