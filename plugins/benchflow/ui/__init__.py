@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
 
-from benchflow.ui import pages
+from benchflow.ui import bisections, pages
 
 
 async def signed_in(request: Request) -> None:
@@ -66,6 +66,27 @@ def campaign(campaign: str) -> HTMLResponse:
     except Exception as exc:
         return _page(campaign, pages.problem(exc), status=503)
     return _page(f"{campaign}: Benchmarks", body)
+
+
+@app.get("/bisections", response_class=HTMLResponse, dependencies=[Depends(signed_in)])
+def all_bisections() -> HTMLResponse:
+    try:
+        body = '<p class="muted"><a href="./">All campaigns</a></p><h1>Bisections</h1>'
+        body += bisections.listing(pages.open_warehouse())
+    except Exception as exc:
+        return _page("Bisections", pages.problem(exc), status=503)
+    return _page("Bisections", body)
+
+
+@app.get("/bisection/{dag_id}/{run_id:path}", response_class=HTMLResponse, dependencies=[Depends(signed_in)])
+def bisection(dag_id: str, run_id: str) -> HTMLResponse:
+    try:
+        body = bisections.detail(pages.open_warehouse(), dag_id, run_id)
+    except KeyError:
+        return _page(run_id, f"<p>No bisection <b>{escape(run_id)}</b> in the warehouse.</p>", status=404)
+    except Exception as exc:
+        return _page(run_id, pages.problem(exc), status=503)
+    return _page(f"bisection {run_id}: Benchmarks", body)
 
 
 ICON = (

@@ -133,6 +133,7 @@ def index(warehouse: Warehouse) -> str:
     return (
         f"<h1>Benchmarks</h1><p class='muted'>warehouse: {escape(warehouse.location)}</p>"
         f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
+        '<p><a href="bisections">Bisections</a>: which payload commit made a case slower</p>'
     )
 
 
@@ -170,9 +171,15 @@ def campaign(warehouse: Warehouse, name: str) -> str:
         rank.sort(key=lambda i: str(findings["night"].iloc[i]), reverse=True)  # newest night first, stable
         findings = findings.iloc[rank].reset_index(drop=True)
         findings["relative_change"] = findings["relative_change"].map(lambda v: f"{100 * v:+.1f}%")
-        out.append(table(findings, links={"run_id": lambda r: run_href(r.dag_id, r.run_id)}))
+        from benchflow.ui import bisections
+
+        findings, bisect_href = bisections.with_bisect(warehouse, name, findings)
+        out.append(table(findings, links={"run_id": lambda r: run_href(r.dag_id, r.run_id), "bisect": bisect_href}))
     else:
         out.append('<p class="ok">none found</p>')
+    from benchflow.ui.bisections import listing
+
+    out.append(f"<h2>Bisections</h2>{listing(warehouse, name, prefix='../')}")
     return "".join(out)
 
 

@@ -256,3 +256,20 @@ def bisection_probes(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
     return w.query(
         f"SELECT * FROM bisection_probes WHERE dag_id = {p} AND run_id = {p} ORDER BY position", [dag_id, run_id]
     )
+
+
+def finding_commits(w: Warehouse, campaign: str) -> pd.DataFrame:
+    """Per regressed run of the campaign: the payload commit it shipped (``bad``) and that of the newest valid
+    run before it with another commit (``good``): what a bisection of the finding starts from."""
+    p = w.p
+    return w.query(
+        "SELECT g.run_id, r.payload_commit AS bad, ("
+        "  SELECT v.payload_commit FROM runs v WHERE v.campaign = r.campaign AND v.status = 'ok'"
+        "  AND v.payload_commit IS NOT NULL AND v.payload_commit <> r.payload_commit"
+        "  AND COALESCE(v.logical_date, v.started_at) < COALESCE(r.logical_date, r.started_at)"
+        "  ORDER BY COALESCE(v.logical_date, v.started_at) DESC LIMIT 1) AS good "
+        "FROM (SELECT DISTINCT dag_id, run_id FROM regressions) g "
+        f"JOIN runs r ON r.dag_id = g.dag_id AND r.run_id = g.run_id WHERE r.campaign = {p} "
+        "AND r.payload_commit IS NOT NULL",
+        [campaign],
+    )
