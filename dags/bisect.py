@@ -34,12 +34,12 @@ def _warehouse() -> Any:
     return Warehouse.from_airflow()
 
 
-def _plan(state: dict[str, Any] | None, number: int, **context: Any) -> list[dict[str, Any]]:
+def _plan(state: dict[str, Any] | None, **context: Any) -> list[dict[str, Any]]:
     from benchflow import bisection
 
     if state is None:
         raise AirflowSkipException("no state: an earlier step did not run")
-    planned = bisection.plan(state, context["run_id"], number)
+    planned = bisection.plan(state, context["run_id"])
     if not planned["probes"]:
         raise AirflowSkipException("nothing left to probe: decide says why")
     for probe in planned["probes"]:
@@ -100,7 +100,7 @@ with DAG(
     records: list[Any] = [previous]
     for number in range(MAX_ROUNDS + 1):
         prefix = _prefix(number)
-        plan = task(task_id=f"{prefix}_plan")(_plan)(previous, number)
+        plan = task(task_id=f"{prefix}_plan")(_plan)(previous)
         probe = TriggerDagRunOperator.partial(
             task_id=f"{prefix}_probe",
             wait_for_completion=True,

@@ -219,7 +219,7 @@ def run_id_for(bisect_run_id: str, round_number: int, sha: str) -> str:
     return f"bisect_{tag}_r{round_number}_{sha[:12]}"
 
 
-def plan(state: dict[str, Any], bisect_run_id: str, round_number: int, now: float | None = None) -> dict[str, Any]:
+def plan(state: dict[str, Any], bisect_run_id: str, now: float | None = None) -> dict[str, Any]:
     """The next round: ``{"state": …, "probes": [TriggerDagRunOperator kwargs, …]}`` (no probes: over)."""
     bisection = Bisection.from_json(state)
     meta = bisection.meta
@@ -229,7 +229,7 @@ def plan(state: dict[str, Any], bisect_run_id: str, round_number: int, now: floa
     probes = []
     for i, sha in enumerate(picks):
         host = hosts[i % len(hosts)] if len(hosts) > 1 else None
-        run_id = run_id_for(bisect_run_id, round_number, sha)
+        run_id = run_id_for(bisect_run_id, len(bisection.rounds), sha)  # confirm is round 1, as in the chain
         meta["runs"].setdefault(sha, []).append(run_id)
         probes.append(
             {
