@@ -52,13 +52,15 @@ def ensure_pools() -> list[str]:
 
     specs, _ = load_all()
     lines = []
-    for host in sorted({spec.host for spec in specs}):
-        name = host_pool(host)
+    wanted = {host_pool(spec.host): (1, f"one benchmark campaign at a time on host {spec.host}") for spec in specs}
+    for spec in specs:
+        if spec.pool_slots > 1:
+            wanted[spec.pool] = (spec.pool_slots, f"campaign {spec.name} on its hosts {', '.join(spec.host_ids)}")
+    for name, (slots, description) in sorted(wanted.items()):
         pool = Pool.get_pool(name)
         if pool is None:
-            description = f"one benchmark campaign at a time on host {host}"
-            pool = Pool.create_or_update_pool(name, 1, description, include_deferred=False)
-            lines.append(f"{name}: created, {pool.slots} slot")
+            pool = Pool.create_or_update_pool(name, slots, description, include_deferred=False)
+            lines.append(f"{name}: created, {pool.slots} slot(s)")
         else:
             lines.append(f"{name}: exists, {pool.slots} slot(s)")
     return lines

@@ -47,7 +47,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         except SpecError as exc:
             errors.append(exc)
             continue
-        print(f"{spec.name}: ok ({spec.dag_id}, kind {spec.kind}, host {spec.host}, payload {spec.payload})")
+        print(f"{spec.name}: ok ({spec.dag_id}, kind {spec.kind}, host {spec.host}, payload {spec.payload_name})")
     for error in errors:
         print("\n".join(error.lines()), file=sys.stderr)
     if errors:

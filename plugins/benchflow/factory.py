@@ -109,14 +109,19 @@ def build_dag(spec: CampaignSpec) -> DAG:
         schedule=spec.schedule,
         start_date=START_DATE,
         catchup=False,
-        max_active_runs=1,
+        max_active_runs=len(spec.host_ids),
         dagrun_timeout=_seconds(timeouts.host_wait + spec.lease_seconds()),
         tags=["bench", spec.kind, *spec.tags],
         doc_md=f"**{spec.name}** ({spec.kind} campaign on host `{spec.host}`)\n\n{spec.description}\n\n"
         f"Spec: `include/campaigns/{spec.name}.yaml` (sha256 `{spec.spec_hash()[:12]}`)\n\n{__doc__}",
         default_args={"retries": spec.retries, "retry_delay": timedelta(seconds=30)},
     ) as dag:
-        on_host: dict[str, Any] = {"host_id": spec.host, "pool": spec.pool}
+        several = len(spec.host_ids) > 1
+        on_host: dict[str, Any] = {
+            "host_id": "{{ params.host }}" if several else spec.host,
+            "host_ids": spec.host_ids if several else [],
+            "pool": spec.pool,
+        }
         preflight, deploy, fetch = _host_stages(spec, on_host)
         _results(spec, preflight, deploy, fetch)
     # The trigger form's Params go on the DAG once its tasks exist: every operator created inside a DAG
@@ -125,7 +130,16 @@ def build_dag(spec: CampaignSpec) -> DAG:
     form = spec.result_kind.form
     for name, (default, schema) in param_schemas(dict(spec.benchmark.args), bool(spec.configs), form).items():
         dag.params[name] = Param(default, **schema)
+    for name, (default, schema) in _run_options(spec).items():
+        dag.params[name] = Param(default, **schema)
     return dag
+
+
+def _run_options(spec: CampaignSpec) -> dict[str, tuple[Any, dict[str, Any]]]:
+    from benchflow.params import run_option_schemas
+
+    git = spec.git_payload
+    return run_option_schemas(git.ref if git else None, spec.host_ids, spec.host)
 
 
 def _host_stages(spec: CampaignSpec, on_host: dict[str, Any]) -> tuple[BaseOperator, BaseOperator, BaseOperator]:
@@ -138,6 +152,7 @@ def _host_stages(spec: CampaignSpec, on_host: dict[str, Any]) -> tuple[BaseOpera
         benchmark_args=dict(spec.benchmark.args),
         serving=bool(spec.configs),
         form=dict(spec.result_kind.form),
+        run_options=list(_run_options(spec)),
         execution_timeout=_seconds(timeouts.preflight),
         **on_host,
     )
@@ -162,7 +177,8 @@ def _host_stages(spec: CampaignSpec, on_host: dict[str, Any]) -> tuple[BaseOpera
     )
     deploy = DeployPayloadOperator(
         task_id="deploy_payload",
-        payload=spec.payload,
+        payload=spec.payload_name,
+        git=spec.git_payload.model_dump() if spec.git_payload else None,
         requires=spec.requires,
         bundled=[TELEMETRY_PAYLOAD],
         execution_timeout=_seconds(timeouts.deploy),

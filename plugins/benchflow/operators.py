@@ -37,15 +37,24 @@ class HostOperator(BaseOperator):
     """Base for a step on a benchmark host: knows the host and the run's directory on it."""
 
     ui_color = "#e8f0fe"
+    # A campaign with several hosts names the run's host by its ``host`` param ("{{ params.host }}", checked
+    # against the spec's hosts by the Param's enum and again here); one host is a plain id.
+    template_fields: tuple[str, ...] = ("host_id",)
 
-    def __init__(self, *, host_id: str, job: str = BENCH_JOB, **kwargs: Any):
+    def __init__(self, *, host_id: str, job: str = BENCH_JOB, host_ids: list[str] | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.host_id = host_id
+        self.host_ids = host_ids or []
         self.job_name = job
 
     @cached_property
     def host(self) -> Host:
-        return get_host(self.host_id)
+        host_id = self.host_id
+        if self.host_ids and host_id not in self.host_ids:
+            if "{{" not in host_id:
+                raise AirflowFailException(f"host {host_id!r} is not one of the campaign's hosts {self.host_ids}")
+            host_id = self.host_ids[0]  # not rendered (bench run's clean-up after a signal): the default host
+        return get_host(host_id)
 
     def rundir(self, context: Context) -> str:
         return layout.run_dir(self.host.workdir, context["dag"].dag_id, context["run_id"])
@@ -90,16 +99,20 @@ class PreflightOperator(HostOperator):
         benchmark_args: dict[str, Any] | None = None,
         serving: bool = False,
         form: dict[str, Any] | None = None,
+        run_options: list[str] | None = None,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
         self.benchmark_args = benchmark_args or {}
         self.serving = serving
         self.form = form or {}
+        self.run_options = run_options or []  # params of the run that are not benchmark arguments (payload_ref)
 
     def execute(self, context: Context) -> dict[str, str]:
         try:
-            resolved = params.check_conf(self.benchmark_args, self.serving, context.get("params"), self.form)
+            resolved = params.check_conf(
+                self.benchmark_args, self.serving, context.get("params"), self.form, self.run_options
+            )
         except ValueError as exc:
             raise AirflowFailException(f"trigger conf refused, nothing ran on the host: {exc}") from None
         context["ti"].xcom_push(key=ARGS_KEY, value=resolved)
@@ -184,25 +197,48 @@ class GpusFreeSensor(HostOperator, BaseSensorOperator):
 class DeployPayloadOperator(HostOperator):
     """Copy ``kernels/<payload>`` into ``<run dir>/payload`` with a sha256 manifest; unchanged files stay.
 
-    Payloads it ``requires`` go inside it, as ``payload/<name>/`` (the serving target uses ``moe``), and so does the
-    project's own host code it ``bundled`` (``kernels/telemetry``: the GPU sampler and the phase log).
+    A git payload (``git``: repo, ref, path) is the tree of the commit its ref names (the run's ``payload_ref``
+    param, else the spec's ref), resolved once to a full sha and shipped the same way; the commit is in the
+    XCom and in the run's record. Payloads it ``requires`` go inside it, as ``payload/<name>/`` (the serving
+    target uses ``moe``), and so does the project's own host code it ``bundled`` (``kernels/telemetry``: the
+    GPU sampler and the phase log).
     """
 
     def __init__(
-        self, *, payload: str, requires: list[str] | None = None, bundled: list[str] | None = None, **kwargs: Any
+        self,
+        *,
+        payload: str,
+        git: dict[str, str] | None = None,
+        requires: list[str] | None = None,
+        bundled: list[str] | None = None,
+        **kwargs: Any,
     ):
         super().__init__(**kwargs)
         self.payload = payload
+        self.git = git
         self.requires = requires or []
         self.bundled = bundled or []  # the project's own host code (kernels/telemetry), whatever the payloads' folder
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from benchflow import payloads
+
         target = f"{self.rundir(context)}/payload"
         for name in self.bundled:
             self.host.put_tree(KERNELS_DIR / name, f"{target}/{name}")
         for name in self.requires:
             self.host.put_tree(kernels_dir() / name, f"{target}/{name}")
-        report = self.host.put_tree(kernels_dir() / self.payload, target)
+        commit = ref = None
+        if self.git is None:
+            report = self.host.put_tree(kernels_dir() / self.payload, target)
+        else:
+            ref = str((context.get("params") or {}).get(params.PAYLOAD_REF) or self.git["ref"])
+            try:
+                commit = payloads.resolve(self.git["repo"], ref)
+                with payloads.materialised(self.git["repo"], commit, self.git.get("path", "")) as tree:
+                    report = self.host.put_tree(tree.path, target)
+            except payloads.PayloadError as exc:
+                raise AirflowFailException(f"payload: {exc}") from None
+            self.log.info("payload %s ref %s is commit %s", self.git["repo"], ref, commit)
         self.log.info(
             "payload %s: %d files, %d copied, sha256 %s (manifest: %s/%s)",
             self.payload,
@@ -212,7 +248,13 @@ class DeployPayloadOperator(HostOperator):
             target,
             MANIFEST_NAME,
         )
-        return {"payload_sha256": report.payload_sha256, "files": report.files, "copied": report.copied}
+        return {
+            "payload_sha256": report.payload_sha256,
+            "files": report.files,
+            "copied": report.copied,
+            "payload_commit": commit,
+            "payload_ref": ref,
+        }
 
 
 class LaunchBenchmarkOperator(HostOperator):
@@ -223,7 +265,7 @@ class LaunchBenchmarkOperator(HostOperator):
     config's label and endpoint).
     """
 
-    template_fields = ("run_args",)
+    template_fields = ("host_id", "run_args")
 
     def __init__(
         self,
@@ -488,7 +530,7 @@ class LaunchSamplerOperator(HostOperator):
     ``nvidia-smi -lms``), writing into the run directory's ``telemetry/`` job folder, and wait for its first
     samples; a host without GPUs (preflight's facts) runs none and says so once. Its teardown stops it."""
 
-    template_fields = ("facts",)
+    template_fields = ("host_id", "facts")
 
     def __init__(self, *, facts: Any, period_ms: int, max_bytes: int, **kwargs: Any):
         super().__init__(job=TELEMETRY_JOB, **kwargs)

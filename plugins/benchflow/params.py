@@ -155,15 +155,54 @@ def server_args(params: dict[str, Any] | Any) -> str:
 MAX_ARGS_CHARS = 65536  # a shell word may hold 128 KiB (MAX_ARG_STRLEN); the launch must stay well inside
 
 
+PAYLOAD_REF = "payload_ref"  # a git payload's ref for this run (a bisection probe's commit)
+HOST = "host"  # which of a campaign's hosts this run goes to
+
+
+def run_option_schemas(
+    git_ref: str | None, hosts: list[str], default_host: str
+) -> dict[str, tuple[Any, dict[str, Any]]]:
+    """The trigger-form fields of a run that are not benchmark arguments: the git payload's ref (when the
+    payload comes from git) and the host (when the campaign has several)."""
+    options: dict[str, tuple[Any, dict[str, Any]]] = {}
+    if git_ref is not None:
+        options[PAYLOAD_REF] = (
+            git_ref,
+            {
+                "type": "string",
+                "pattern": r"^[A-Za-z0-9_][A-Za-z0-9._/@^~{}+-]{0,255}$",
+                "title": "Payload ref",
+                "description": "Branch, tag or commit of the payload's repository this run ships. Unit: a git ref.",
+                "section": RUN,
+            },
+        )
+    if len(hosts) > 1:
+        options[HOST] = (
+            default_host,
+            {
+                "type": "string",
+                "enum": list(hosts),
+                "title": "Host",
+                "description": "Which of the campaign's hosts runs it. Unit: an Airflow connection id.",
+                "section": RUN,
+            },
+        )
+    return options
+
+
 def check_conf(
-    args: dict[str, Any], serving: bool, params: dict[str, Any] | Any, form: Form | None = None
+    args: dict[str, Any],
+    serving: bool,
+    params: dict[str, Any] | Any,
+    form: Form | None = None,
+    run_options: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The run's benchmark arguments (the spec's with the params on top), once every param fits its schema, the
     campaign has each one, and the command line fits; ValueError names the first problem. Runs before anything
     irreversible (stopping services), and its result is what every later step of the run uses."""
     from benchflow.remote.layout import render_args
 
-    known = set(args) | ({SERVER_ARGS} if serving else set())
+    known = set(args) | ({SERVER_ARGS} if serving else set()) | set(run_options)
     unknown = sorted(set(dict(params or {})) - known)
     if unknown:
         raise ValueError(

@@ -28,6 +28,8 @@ class RunRecord:
     run_type: str | None = None
     conf: dict[str, Any] = field(default_factory=dict)
     git_sha: str | None = None
+    payload_commit: str | None = None  # the git commit a git payload was shipped from
+    payload_ref: str | None = None
 
     def gpu(self) -> tuple[str, int, str | None]:
         """(model, count, driver) from the preflight facts; ('none', 0, None) on a CPU host."""

@@ -67,6 +67,26 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class GitPayloadSpec(_Model):
+    """``payload: {repo, ref, path}``: the payload is the folder ``path`` of the repository at ``ref`` (a run may
+    override the ref with its ``payload_ref`` param; the commit it resolved to is recorded)."""
+
+    repo: Annotated[str, StringConstraints(min_length=1, max_length=2048)] = Field(
+        description="an absolute path on the Airflow side, or an https://, ssh://, file:// or user@host:path URL"
+    )
+    ref: Annotated[str, StringConstraints(min_length=1, max_length=256)] = Field(
+        default="main", description="branch, tag or commit"
+    )
+    path: Annotated[str, StringConstraints(max_length=400)] = Field(default="", description="the payload's folder")
+
+    @model_validator(mode="after")
+    def _checked(self) -> GitPayloadSpec:
+        from benchflow.payloads import GitPayload
+
+        GitPayload(self.repo, self.ref, self.path)  # PayloadError is a ValueError: it names the repo and field
+        return self
+
+
 class Service(_Model):
     """A service on the host that holds the GPUs and must be stopped for the benchmark, then restored.
 
@@ -282,7 +302,12 @@ class CampaignSpec(_Model):
     description: Line = ""
     kind: Ident = Field(default_factory=lambda: _default_kind(), description="result kind (benchflow/kinds/)")
     host: HostId = "local"
-    payload: Ident
+    hosts: list[HostId] = Field(
+        default_factory=list,
+        description="the campaign's host pool: a run may go to any of them (its host param; default: host)",
+        max_length=64,
+    )
+    payload: Ident | GitPayloadSpec
     requires: list[Ident] = Field(default_factory=list, description="other payloads deployed inside this one")
     schedule: Line | None = Field(default="@daily", description="cron or preset (default nightly); null: manual only")
     tags: list[Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")]] = Field(default_factory=list)
@@ -335,7 +360,9 @@ class CampaignSpec(_Model):
 
     @field_validator("payload")
     @classmethod
-    def _payload_exists(cls, value: str, info: ValidationInfo) -> str:
+    def _payload_exists(cls, value: str | GitPayloadSpec, info: ValidationInfo) -> str | GitPayloadSpec:
+        if isinstance(value, GitPayloadSpec):
+            return value
         root = Path((info.context or {}).get("kernels_dir") or kernels_dir())
         if not (root / value).is_dir():
             raise ValueError(f"no payload directory kernels/{value}/")
@@ -373,10 +400,38 @@ class CampaignSpec(_Model):
         """How long a run may hold its host: every stage at its timeout, the GPU wait included."""
         return self.timeouts.lease_seconds(len(self.configs)) + self.gpus_free.wait
 
+    @model_validator(mode="after")
+    def _host_in_pool(self) -> CampaignSpec:
+        if self.hosts and self.host not in self.hosts:
+            raise ValueError(f"host {self.host!r} is not one of hosts {self.hosts}")
+        if len(set(self.hosts)) != len(self.hosts):
+            raise ValueError(f"hosts must be distinct, got {self.hosts}")
+        return self
+
+    @property
+    def host_ids(self) -> list[str]:
+        """The hosts a run may go to: ``hosts``, or the one ``host``."""
+        return list(self.hosts) or [self.host]
+
+    @property
+    def git_payload(self) -> GitPayloadSpec | None:
+        return self.payload if isinstance(self.payload, GitPayloadSpec) else None
+
+    @property
+    def payload_name(self) -> str:
+        """The payload folder's name under kernels/, or the repository's path and ref."""
+        git = self.git_payload
+        return f"{git.repo}@{git.ref}:{git.path or '/'}" if git else str(self.payload)
+
     @property
     def pool(self) -> str:
-        """The host's Airflow pool (one slot): every task that touches the host runs in it."""
-        return host_pool(self.host)
+        """The host's Airflow pool (one slot): every task that touches the host runs in it. A campaign with
+        several hosts runs in a pool of its own with a slot per host (each run still leases its host)."""
+        return host_pool(self.host) if len(self.host_ids) == 1 else f"bench_hosts_{self.name}"
+
+    @property
+    def pool_slots(self) -> int:
+        return len(self.host_ids)
 
     def spec_hash(self) -> str:
         """sha256 of the validated spec, so a result row can be traced to the exact configuration."""

@@ -61,8 +61,16 @@ def test_no_import_errors(parsed):
 def test_every_spec_yields_a_dag_and_the_report_dag_exists(parsed):
     specs, errors = load_all()
     assert errors == []
-    assert {s.dag_id for s in specs} | {"bench_report"} == set(parsed["dags"])
+    assert {s.dag_id for s in specs} | {"bench_report", "bench_bisect"} == set(parsed["dags"])
     assert parsed["dags"]["bench_report"] == ["render_plots"]
+
+
+def test_the_bisect_dag_has_its_steps_as_tasks(parsed):
+    from benchflow.bisection import MAX_ROUNDS
+
+    rounds = [f"narrow_{n}" for n in range(1, MAX_ROUNDS + 1)]
+    steps = {"start", "decide"} | {f"{p}{s}" for p in ["confirm", *rounds] for s in ("", "_plan", "_probe")}
+    assert set(parsed["dags"]["bench_bisect"]) == steps
 
 
 COMMON = {

@@ -143,6 +143,9 @@ class ResultKind:
     telemetry: Callable[[list[dict[str, Any]], Any], list[dict[str, Any]]] | None = None
     validity: str | None = None  # the column that says whether a row is ok (others never reach a baseline)
     measures: Measures | None = None  # rows that are one named measurement each (their own metrics and units)
+    # (case key as stored, repeats) → the trigger conf that runs only that case, that many times in one run (a
+    # bisection probe); None: the kind cannot narrow a run to one case, a bisection passes its own probe conf
+    case_conf: Callable[[str, int], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         names = self.column_names

@@ -225,6 +225,7 @@ def index(warehouse: Warehouse, may_read: Callable[[str], bool] = lambda dag_id:
     return (
         f"<h1>Benchmarks</h1><p class='muted'>warehouse: {escape(where(warehouse))}</p>"
         f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>{foot}"
+        '<p><a href="bisections">Bisections</a>: which payload commit made a case slower</p>'
     )
 
 
@@ -263,12 +264,18 @@ def campaign(warehouse: Warehouse, name: str) -> str:
         rank.sort(key=lambda i: str(findings["night"].iloc[i]), reverse=True)  # newest night first, stable
         findings = findings.iloc[rank].reset_index(drop=True)
         findings["relative_change"] = findings["relative_change"].map(lambda v: f"{100 * v:+.1f}%")
-        links = {"run_id": lambda r: run_href(r.dag_id, r.run_id)}
+        from benchflow.ui import bisections
+
+        findings, bisect_href = bisections.with_bisect(warehouse, name, findings)
+        links = {"run_id": lambda r: run_href(r.dag_id, r.run_id), "bisect": bisect_href}
         out.append(table(findings, links=links, total=queries.finding_count(warehouse, name)))
     elif run.get("verdict") in ("fine", "regressed"):
         out.append(f'<p class="ok">none found in any run (the latest: {verdict(run)})</p>')
     else:
         out.append(f'<p class="unjudged">none recorded; the latest valid run was {verdict(run)}</p>')
+    from benchflow.ui.bisections import listing
+
+    out.append(f"<h2>Bisections</h2>{listing(warehouse, name, prefix='../')}")
     return "".join(out)
 
 

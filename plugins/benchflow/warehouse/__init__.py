@@ -300,7 +300,7 @@ class Warehouse:
         columns = (
             "dag_id, run_id, campaign, host, payload_sha256, spec_hash, status, started_at, ended_at, "
             "rows_loaded, host_facts, detail, logical_date, run_type, conf, gpu_model, gpu_count, gpu_driver, "
-            "cuda, git_sha, versions"
+            "cuda, git_sha, versions, payload_commit, payload_ref"
         )
         values = [
             run.dag_id,
@@ -324,6 +324,8 @@ class Warehouse:
             facts.get("cuda") if facts.get("cuda") not in (None, "None") else "none",
             run.git_sha,
             json.dumps(versions, sort_keys=True),
+            run.payload_commit,
+            run.payload_ref,
         ]
         tx.execute(f"INSERT INTO runs ({columns}) VALUES ({', '.join([tx.p] * len(values))})", values)
 

@@ -394,3 +394,82 @@ def telemetry_timeline(w: Warehouse, dag_id: str, run_id: str, buckets: int = 80
         "ORDER BY s.index, t",
         [dag_id, run_id, dag_id, run_id],
     )
+
+
+# -- bisections ------------------------------------------------------------------------------------------
+
+
+def commit_samples(
+    w: Warehouse, campaign: str, case_key: str, metric: str, gpu_model: str, commits: list[str]
+) -> pd.DataFrame:
+    """Every ``ok`` value of one case and metric measured by the campaign's valid runs of these payload commits
+    on this GPU model (what a bisection reuses), oldest run first: payload_commit, run_id, value."""
+    import pandas as pd
+
+    if not commits:
+        return pd.DataFrame(columns=["payload_commit", "run_id", "value"])
+    p = w.p
+    marks = ", ".join([p] * len(commits))
+    return w.query(
+        "SELECT r.payload_commit, s.run_id, s.value FROM metric_samples s JOIN runs r "
+        "ON r.dag_id = s.dag_id AND r.run_id = s.run_id "
+        f"WHERE s.campaign = {p} AND s.case_key = {p} AND s.metric = {p} AND s.gpu_model = {p} "
+        f"AND s.validity = 'ok' AND r.payload_commit IN ({marks}) "
+        "ORDER BY COALESCE(r.logical_date, r.started_at), s.run_id, s.repeat",
+        [campaign, case_key, metric, gpu_model, *commits],
+    )
+
+
+def probe_samples(w: Warehouse, dag_id: str, run_id: str, case_key: str, metric: str) -> pd.DataFrame:
+    """One probe run's ``ok`` values of its case and metric, with the commit the run shipped (none when the run
+    is not valid: its rows never reach ``metric_samples``)."""
+    p = w.p
+    return w.query(
+        "SELECT r.payload_commit, s.value FROM metric_samples s JOIN runs r "
+        "ON r.dag_id = s.dag_id AND r.run_id = s.run_id "
+        f"WHERE s.dag_id = {p} AND s.run_id = {p} AND s.case_key = {p} AND s.metric = {p} AND s.validity = 'ok' "
+        "ORDER BY s.repeat",
+        [dag_id, run_id, case_key, metric],
+    )
+
+
+def bisections(w: Warehouse, campaign: str | None = None) -> pd.DataFrame:
+    """Every bisection (of one campaign), newest first."""
+    columns = (
+        "dag_id, run_id, campaign, case_key, metric, good, bad, status, first_bad, parent, ratio, ratio_low, "
+        "ratio_high, range_good, range_bad, suspects, probes, reused, rounds, summary, started_at, updated_at"
+    )
+    if campaign is None:
+        return w.query(f"SELECT {columns} FROM bisections ORDER BY started_at DESC")
+    return w.query(f"SELECT {columns} FROM bisections WHERE campaign = {w.p} ORDER BY started_at DESC", [campaign])
+
+
+def bisection(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
+    """One bisection's row, its whole result (JSON) included."""
+    p = w.p
+    return w.query(f"SELECT * FROM bisections WHERE dag_id = {p} AND run_id = {p}", [dag_id, run_id])
+
+
+def bisection_probes(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
+    """A bisection's probe chain, oldest commit first."""
+    p = w.p
+    return w.query(
+        f"SELECT * FROM bisection_probes WHERE dag_id = {p} AND run_id = {p} ORDER BY position", [dag_id, run_id]
+    )
+
+
+def finding_commits(w: Warehouse, campaign: str) -> pd.DataFrame:
+    """Per regressed run of the campaign: the payload commit it shipped (``bad``) and that of the newest valid
+    run before it with another commit (``good``): what a bisection of the finding starts from."""
+    p = w.p
+    return w.query(
+        "SELECT g.run_id, r.payload_commit AS bad, ("
+        "  SELECT v.payload_commit FROM runs v WHERE v.campaign = r.campaign AND v.status = 'ok'"
+        "  AND v.payload_commit IS NOT NULL AND v.payload_commit <> r.payload_commit"
+        "  AND COALESCE(v.logical_date, v.started_at) < COALESCE(r.logical_date, r.started_at)"
+        "  ORDER BY COALESCE(v.logical_date, v.started_at) DESC LIMIT 1) AS good "
+        "FROM (SELECT DISTINCT dag_id, run_id FROM regressions) g "
+        f"JOIN runs r ON r.dag_id = g.dag_id AND r.run_id = g.run_id WHERE r.campaign = {p} "
+        "AND r.payload_commit IS NOT NULL",
+        [campaign],
+    )

@@ -32,7 +32,7 @@ def expectations() -> list[Any]:
         e.ExpectColumnValuesToNotBeNull(column=c) for c in ("m", "ms_per_call", "tok_per_s", "us_per_token")
     ]
     checks += [
-        e.ExpectColumnValuesToBeUnique(column="m"),
+        e.ExpectCompoundColumnsToBeUnique(column_list=["m", "repeat"]),
         e.ExpectColumnValuesToBeBetween(column="m", min_value=1),
         e.ExpectColumnValuesToBeBetween(column="ms_per_call", min_value=0, strict_min=True),
         e.ExpectColumnValuesToBeBetween(column="tok_per_s_rel_err", min_value=0, max_value=RELATIVE_TOLERANCE),
@@ -97,6 +97,14 @@ FORM: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
+def case_conf(case_key: str, repeats: int) -> dict[str, Any]:
+    """The trigger conf that runs only the case ``m=64``, ``repeats`` times in one run (one row each)."""
+    name, _, value = case_key.partition("=")
+    if name != "m" or not value.isdigit() or not 1 <= int(value) <= 65536:
+        raise ValueError(f"case {case_key!r}: a kernel case is m=<tokens>, e.g. m=64")
+    return {"m_list": [int(value)] * repeats}
+
+
 def telemetry(rows: list[dict[str, Any]], run: Any) -> list[dict[str, Any]]:
     """Each row's spread, joules per call, host load and validity; a row meets its phase by dtype and M."""
     from benchflow.telemetry.summary import kernel_rows
@@ -112,6 +120,7 @@ KIND = ResultKind(
     table="kernel_results",
     columns=(
         Column("m", "int", "tokens"),
+        Column("repeat", "int"),
         Column("ms_per_call", "float", "ms", digits=4),
         Column("tok_per_s", "float", "tok/s", digits=1),
         Column("us_per_token", "float", "us", digits=3),
@@ -129,7 +138,10 @@ KIND = ResultKind(
         Column("bound", "text"),
         *telemetry_columns(KERNEL_TELEMETRY),
     ),
-    key=("m",),
+    key=("m", "repeat"),
+    repeat="repeat",
+    defaults={"repeat": 1},
+    case_conf=case_conf,
     shown=(
         "m",
         "ms_per_call",

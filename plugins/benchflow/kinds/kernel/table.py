@@ -9,7 +9,9 @@
 Between us/token and the note, a table may carry more named columns; those this kind stores (the
 payload's spread and roofline columns: ``p10_ms p90_ms kernel_ms experts bytes_MB GB/s TFLOP/s roof_ms pct_roof
 pct_copy bound``)
-are read, others are skipped with a warning. The note column is optional free text.
+are read, others are skipped with a warning. The note column is optional free text. An M that appears more
+than once (``--m-list 64,64,64``: a bisection probe's repeats) gives one row per appearance, numbered by
+``repeat`` (1, 2, …).
 
 Without the done marker the run is incomplete and the rows
 that completed are kept; a final line cut off mid-write (no newline) is dropped (a problem naming its
@@ -81,6 +83,7 @@ class _Reader:
         self.extra: list[str] = []  # names of the columns between us/token and the note
         self.table_end: tuple[int, str] | None = None  # first line of text after the rows
         self.last: tuple[int, str] | None = None  # a row that did not read
+        self.seen: dict[int, int] = {}  # rows read per M: an M listed n times is n repeats of its case
 
     def read(self, text: str) -> ParsedRun:
         for number, line in lines(text):
@@ -140,9 +143,12 @@ class _Reader:
         except ValueError:
             self.notes.problem(number, f"row has a value that is not a number: {line[:160]!r}", dropped=True)
             return
+        m = int(row["m"])
+        self.seen[m] = self.seen.get(m, 0) + 1
         self.rows.append(
             {
-                "m": int(row["m"]),
+                "m": m,
+                **({"repeat": self.seen[m]} if self.seen[m] > 1 else {}),  # the kind's default is 1
                 "ms_per_call": values["ms"],
                 "tok_per_s": values["tok"],
                 "us_per_token": values["us"],

@@ -1,0 +1,141 @@
+"""The Benchmarks view's bisection pages: every bisection, one bisection's probe chain (commit, verdict, the
+ratio against good and bad with its 95 % interval, where the values came from, a link to each probe's DAG
+run), and the "bisect" link a regression finding offers: the bisect DAG's trigger form, pre-filled."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
+
+from benchflow.ui.pages import run_href, table
+from benchflow.warehouse import queries
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from benchflow.warehouse import Warehouse
+
+BISECT_DAG = "bench_bisect"
+VERDICTS = {"same_as_good": "same as good", "same_as_bad": "same as bad", "unknown": "unknown"}
+
+
+def trigger_href(campaign: str, case: str, metric: str, good: str, bad: str) -> str:
+    """The bisect DAG's trigger form with its conf filled in (the UI reads ``conf`` from the query string)."""
+    conf = {"campaign": campaign, "case": case, "metric": metric, "good": good, "bad": bad}
+    return f"/dags/{BISECT_DAG}/trigger/single?{urlencode({'conf': json.dumps(conf)})}"
+
+
+def page_href(dag_id: str, run_id: str, prefix: str = "") -> str:
+    return f"{prefix}bisection/{quote(str(dag_id), safe='')}/{quote(str(run_id), safe='')}"
+
+
+def _ratio(value: Any, low: Any, high: Any) -> str:
+    if value is None or value != value:  # None or NaN
+        return ""
+    return f"{value:.3f} ({low:.3f}–{high:.3f})"
+
+
+def _short(sha: Any) -> str:
+    return str(sha)[:12] if sha is not None and sha == sha else ""
+
+
+def with_bisect(warehouse: Warehouse, campaign: str, findings: pd.DataFrame) -> tuple[pd.DataFrame, Any]:
+    """The findings with a ``bisect`` column, and the link each of its cells gets: the bisect DAG's trigger
+    form for that case and metric, from the last good run's payload commit to the regressed run's (only where
+    both commits are known: a git payload)."""
+    try:
+        commits = queries.finding_commits(warehouse, campaign) if len(findings) else None
+    except Exception:  # a warehouse from before payload commits
+        commits = None
+    known = {} if commits is None else {str(r.run_id): (r.good, r.bad) for r in commits.itertuples(index=False)}
+    hrefs: dict[tuple[str, str, str], str] = {}
+    for record in findings.itertuples(index=False):
+        good, bad = known.get(str(record.run_id), (None, None))
+        if isinstance(good, str) and isinstance(bad, str):
+            key = (str(record.run_id), str(record.case_key), str(record.metric))
+            hrefs[key] = trigger_href(campaign, key[1], key[2], good, bad)
+    out = findings.copy()
+    out["bisect"] = [
+        "bisect" if (str(r.run_id), str(r.case_key), str(r.metric)) in hrefs else ""
+        for r in findings.itertuples(index=False)
+    ]
+    return out, lambda r: hrefs[(str(r.run_id), str(r.case_key), str(r.metric))]
+
+
+def listing(warehouse: Warehouse, campaign: str | None = None, prefix: str = "") -> str:
+    """Every bisection (of one campaign), newest first, each linked to its probe chain."""
+    try:
+        found = queries.bisections(warehouse, campaign)
+    except Exception:  # a warehouse from before bisections: none yet
+        return '<p class="empty">(no bisection yet)</p>'
+    if not len(found):
+        return '<p class="empty">(no bisection yet)</p>'
+    shown = found[["run_id", "campaign", "case_key", "metric", "status", "summary", "probes", "reused", "rounds"]]
+    links = {"run_id": lambda r: page_href(BISECT_DAG, r.run_id, prefix)}
+    return table(shown.copy(), links=links).replace(' target="_top"', "")
+
+
+def detail(warehouse: Warehouse, dag_id: str, run_id: str) -> str:
+    """One bisection: its answer, the confirm step's evidence, and the probe chain oldest commit first."""
+    found = queries.bisection(warehouse, dag_id, run_id)
+    if not len(found):
+        raise KeyError(run_id)
+    row = found.iloc[0]
+    result = json.loads(row["result"])
+    probes = queries.bisection_probes(warehouse, dag_id, run_id)
+    status = str(row["status"])
+    css = "bad" if status == "found" else "ok" if status == "not_reproduced" else "muted"
+    out = [
+        '<p class="muted"><a href="../../">All campaigns</a> · <a href="../../bisections">All bisections</a></p>',
+        f"<h1>Bisection of {escape(str(row['campaign']))}: {escape(str(row['case_key']))} "
+        f"{escape(str(row['metric']))}</h1>",
+        f'<p><span class="{css}">{escape(status.replace("_", " "))}</span>: {escape(str(row["summary"]))}</p>',
+        f'<p class="muted">good {escape(_short(row["good"]))} · bad {escape(_short(row["bad"]))} · '
+        f"{int(row['probes'])} probe runs · {int(row['reused'])} commits reused from earlier runs · "
+        f"{int(row['rounds'])} rounds · "
+        f'<a href="{escape(run_href(dag_id, run_id))}" target="_top">the bisect DAG run</a></p>',
+    ]
+    if result.get("confirmation"):
+        confirmation = result["confirmation"]
+        ratio = confirmation.get("ratio") or {}
+        spread = _ratio(ratio.get("ratio"), ratio.get("low"), ratio.get("high"))
+        out.append(
+            f"<h2>Confirm</h2><p>bad / good = {escape(spread)}: {escape(str(confirmation['reason']))} "
+            f'<span class="muted">({escape(str(confirmation["test"]))})</span></p>'
+        )
+    for note in result.get("notes") or []:
+        out.append(f'<p class="muted">note: {escape(str(note))}</p>')
+    out.append("<h2>Probe chain</h2>")
+    out.append(chain_table(probes))
+    return "".join(out)
+
+
+def chain_table(probes: pd.DataFrame) -> str:
+    if not len(probes):
+        return '<p class="empty">(nothing measured yet)</p>'
+    rows = []
+    for p in probes.itertuples(index=False):
+        runs = json.loads(p.probe_runs or "[]")
+        links = " ".join(f'<a href="{escape(run_href(p.probe_dag_id, r))}" target="_top">{escape(r)}</a>' for r in runs)
+        source = f"reused: {escape(str(p.reused_from))}" if isinstance(p.reused_from, str) else "probed"
+        cells = [
+            f"<td>{int(p.position)}</td>",
+            f'<td class="text"><code>{escape(_short(p.sha))}</code></td>',
+            f'<td class="text">{escape(VERDICTS.get(str(p.verdict), str(p.verdict)))}</td>',
+            f"<td>{int(p.n)}</td>",
+            f"<td>{escape(_ratio(p.ratio, p.ratio_low, p.ratio_high))}</td>",
+            f"<td>{escape(_ratio(p.ratio_bad, p.ratio_bad_low, p.ratio_bad_high))}</td>",
+            f'<td class="text">{escape(str(p.reason or ""))}</td>',
+            f'<td class="text">{source}</td>',
+            f'<td class="text">{links}</td>',
+        ]
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    head = "".join(
+        f'<th class="text">{h}</th>' if i > 0 else f"<th>{h}</th>"
+        for i, h in enumerate(
+            ["#", "commit", "verdict", "n", "vs good (95 % CI)", "vs bad (95 % CI)", "why", "values", "DAG runs"]
+        )
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"

@@ -1,0 +1,113 @@
+"""Bisections in the warehouse and the Benchmarks view: a finding of a git-payload campaign offers "bisect"
+(the bisect DAG's trigger form, its conf filled in from the finding and the commits of the runs), and a
+bisection's page shows its probe chain: commit, verdict, ratio with its interval, a link to each probe run."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from fastapi.testclient import TestClient
+
+from benchflow import bisection as steps
+from benchflow.analysis.bisect import Bisection
+from benchflow.kinds.kernel import KIND as KERNEL
+from benchflow.spec import RegressionLimits
+from benchflow.ui import app, signed_in
+from benchflow.warehouse import Warehouse, queries
+from tests.integration.test_analytics import detect, kernel_rows, night_run
+
+pytestmark = pytest.mark.integration
+
+SHAS = [f"{n:040x}" for n in range(1, 17)]  # commit n is SHAS[n - 1]
+OLD, NEW = SHAS[0], SHAS[-1]
+
+
+@pytest.fixture
+def filled(tmp_path, monkeypatch):
+    monkeypatch.setenv("BENCH_VAR_DIR", str(tmp_path))
+    warehouse = Warehouse.at(tmp_path / "warehouse.duckdb")
+    warehouse.migrate()
+    rng = random.Random(7)
+    for night in range(8, 0, -1):
+        run = dataclasses.replace(night_run("toy", night), payload_commit=OLD, payload_ref="main")
+        warehouse.load(run, KERNEL, kernel_rows(1.0, rng))
+    tonight = dataclasses.replace(night_run("toy", 0), payload_commit=NEW, payload_ref="main")
+    warehouse.load(tonight, KERNEL, kernel_rows(0.8, rng))
+    assert detect(warehouse, tonight.dag_id, tonight.run_id, RegressionLimits())
+    app.dependency_overrides[signed_in] = lambda: None
+    try:
+        yield warehouse, tonight
+    finally:
+        app.dependency_overrides.clear()
+
+
+def finished_bisection() -> Bisection:
+    """A bisection of the 16 commits, commit 11 20 % slower, commits 8 and 13 reused from nightly runs."""
+    rng = random.Random(1)
+
+    def measure(sha: str) -> list[float]:
+        level = 100.0 * (1.2 if int(sha, 16) >= 11 else 1.0)
+        return [level * rng.lognormvariate(0, 0.03) for _ in range(5)]
+
+    meta = {"campaign": "toy", "campaign_dag_id": "bench_toy", "case": "m=16", "metric": "us_per_token",
+            "good_sha": OLD, "bad_sha": NEW, "runs": {}}  # fmt: skip
+    bisection = Bisection(good=OLD, commits=SHAS[1:], better="lower", repeats=5, meta=meta)
+    for n in (8, 13):
+        bisection.seed(SHAS[n - 1], measure(SHAS[n - 1]), f"scheduled__night-{n}")
+        meta["runs"][SHAS[n - 1]] = [f"scheduled__night-{n}"]
+    round_number = 0
+    while picks := bisection.next_round(now=0.0):
+        for sha in picks:
+            meta["runs"].setdefault(sha, []).append(steps.run_id_for("manual__bisect", round_number, sha))
+            bisection.record(sha, measure(sha))
+        round_number += 1
+    return bisection
+
+
+def test_a_finding_offers_bisect_with_its_conf(filled):
+    warehouse, _ = filled
+    page = TestClient(app).get("/campaign/toy").text
+    links = [a.split('"')[0] for a in page.split('href="')[1:] if "trigger/single" in a.split('"')[0]]
+    assert links, "no bisect link"
+    url = urlsplit(links[0].replace("&amp;", "&"))
+    assert url.path == "/dags/bench_bisect/trigger/single"
+    conf = json.loads(parse_qs(url.query)["conf"][0])
+    assert conf["campaign"] == "toy" and conf["good"] == OLD and conf["bad"] == NEW
+    found = queries.findings(warehouse, "toy")
+    assert {(conf["case"], conf["metric"])} <= set(zip(found["case_key"], found["metric"], strict=True))
+    assert len(links) == len(found)  # one per finding
+
+
+def test_a_bisection_is_stored_and_its_probe_chain_shown(filled):
+    warehouse, _ = filled
+    bisection = finished_bisection()
+    result = steps.save(bisection, warehouse, "bench_bisect", "manual__bisect")
+    assert result["status"] == "found" and int(result["first_bad"], 16) == 11 and result["reused"] == 2
+
+    row = queries.bisection(warehouse, "bench_bisect", "manual__bisect").iloc[0]
+    assert row["status"] == "found" and row["first_bad"] == SHAS[10] and row["parent"] == SHAS[9]
+    assert row["ratio_low"] > 1 and row["probes"] == result["probes"] and row["reused"] == 2
+    chain = queries.bisection_probes(warehouse, "bench_bisect", "manual__bisect")
+    assert list(chain["position"]) == sorted(chain["position"]) and chain["sha"].iloc[0] == OLD
+    assert set(chain[chain["reused_from"].notna()]["sha"]) == {SHAS[7], SHAS[12]}
+
+    http = TestClient(app)
+    page = http.get("/bisection/bench_bisect/manual__bisect").text
+    assert "is the first bad commit" in page and SHAS[10][:12] in page
+    assert "same as bad" in page and "same as good" in page and "reused: scheduled__night-8" in page
+    assert "/dags/bench_toy/runs/bisect_" in page and 'target="_top"' in page  # each probe's DAG run
+    assert "/dags/bench_toy/runs/scheduled__night-13" in page
+    assert "<script" not in page
+    listing = http.get("/bisections").text
+    assert "bisection/bench_bisect/manual__bisect" in listing and "found" in listing
+    assert "../bisection/bench_bisect/manual__bisect" in http.get("/campaign/toy").text
+    assert http.get("/bisection/bench_bisect/nope").status_code == 404
+
+    saved_again = steps.save(bisection, warehouse, "bench_bisect", "manual__bisect")  # replaced, never doubled
+    assert saved_again == result and len(queries.bisection_probes(warehouse, "bench_bisect", "manual__bisect")) == len(
+        chain
+    )
