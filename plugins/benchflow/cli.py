@@ -151,7 +151,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     configure_airflow()
     try:
         a, b = Side.parse(args.a), Side.parse(args.b)
-        outcome = compare_runs(Warehouse.from_airflow(read_only=True), a, b, args.point, args.metric)
+        warehouse = Warehouse.from_airflow(read_only=True)
+        outcome = compare_runs(warehouse, a, b, args.point, args.metric, args.include_noisy)
     except (ValueError, LookupError, FileNotFoundError) as exc:
         print(f"bench compare: {exc}", file=sys.stderr)
         return 1
@@ -164,13 +165,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for warning in outcome.warnings:
         print(f"warning: {warning}")
     for row in outcome.rows:
-        print(f"{row.point:<18} {row.metric:<20} A {_figure(row.a, row.a_values)} B {_figure(row.b, row.b_values)} "
-              f"{row.verdict(b)}")  # fmt: skip
+        left, right = (row.bracket.a, row.bracket.b) if row.bracket else (None, None)
+        figures = f"A {_figure(row.a, row.a_values, left)} B {_figure(row.b, row.b_values, right)}"
+        print(f"{row.point:<18} {row.metric:<20} {figures} {row.verdict(b)}")
     return 0
 
 
-def _figure(summary: Any, count: int) -> str:
-    """``1234 ± 12`` (the mean and half its 95 % interval), ``1234 (one value)``, or ``-`` (no value)."""
+def _figure(summary: Any, count: int, bracket: tuple[float, float | None] | None = None) -> str:
+    """``1234 ± 12`` (the mean and half its 95 % interval), ``1234 (one value)``, ``16 in [16, 17)`` (a
+    bracketed metric: its value and the other bound), or ``-`` (no value)."""
+    if bracket is not None:
+        value, bound = bracket
+        top = "none found" if bound is None else f"{bound:g}"
+        return f"{value:10.4g} (bracket {value:g} to {top})"
     if summary is None:
         return f"{'-':<21}"
     if summary.n < 2:
@@ -240,11 +247,15 @@ SUBCOMMANDS: list[tuple[str, Callable[[argparse.Namespace], int], str, str, list
      "CAMPAIGN[:CONFIG][@RUN_ID or @YYYY-MM-DD]; without @, the latest valid run. A side stands for one run and "
      "one config: a campaign with several configs needs :CONFIG, a night with several valid runs needs @RUN_ID, "
      "and each is refused naming the choices. The runs compared are printed, points in numeric order, and a "
-     "warning for each point whose settings (prompts, lengths) differ. B/A is the ratio of the geometric means.", [
+     "warning for each point whose settings (prompts, lengths) differ. B/A is the ratio of the geometric means. "
+     "Rows not measured ok (noisy, throttled, contended) are left out and counted unless --include-noisy; a load "
+     "search's answer is compared by its bracket (highest load passed, lowest failed).", [
         arg("a", help="the reference, e.g. serving_tp4 or serving_local:single"),
         arg("b", help="the other side, e.g. serving_pd or serving_local:pd@2026-11-28"),
         arg("--point", help="one point only, e.g. concurrency=16 or m=256"),
         arg("--metric", help="one metric only, e.g. output_throughput"),
+        arg("--include-noisy", action="store_true",
+            help="compare rows measured noisy, throttled or contended too (left out by default, and counted)"),
     ]),
     ("migrate", cmd_migrate, "create or update the warehouse schema",
      "Apply pending warehouse migrations and rebuild changed views.", []),

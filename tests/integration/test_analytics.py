@@ -415,3 +415,44 @@ def test_a_search_answer_carries_the_power_and_energy_measured_there(warehouse):
     assert answer["pass_load"] == 16 and answer["answer_rows"] == 2
     assert answer["power_w_at_answer"] == pytest.approx(1500.0 / 5.0)
     assert answer["j_per_token_at_answer"] == pytest.approx(1500.0 / 2700)
+
+
+def test_compare_takes_a_search_answer_by_its_bracket_and_leaves_noisy_rows_out_unless_asked(warehouse):
+    """bench compare on load searches: one answer a side is compared by the brackets [highest pass, lowest fail],
+    never "not comparable"; a noisy repeat is left out and counted on its line, and compared with include_noisy."""
+    from benchflow.analysis.compare import Side, compare_runs
+
+    def night(n: int, search: list[dict], noisy: bool = False) -> RunRecord:
+        rows = [serving_row(c, 16, 100.0 + r) | {"repeat": r} for c in ("pd", "tp4") for r in (1, 2, 3)]
+        if noisy:
+            rows[0] |= {"output_throughput": 10.0, "validity": "noisy"}  # pd, repeat 1: measured beside a hog
+        run = night_run("serving_bracket", n)
+        warehouse.load(run, SERVING, rows, None, {"serving_search": search})
+        return run
+
+    older = night(1, [search_record("pd", 16), search_record("tp4", 8)])
+    newer = night(0, [search_record("pd", 24), search_record("tp4", 8) | {"fail_load": None}], noisy=True)
+
+    def row(a: Side, b: Side, metric: str, include_noisy: bool = False):
+        (found,) = compare_runs(warehouse, a, b, metric=metric, include_noisy=include_noisy).rows
+        return found
+
+    older_pd = Side("serving_bracket", "pd", older.run_id)
+    newer_pd = Side("serving_bracket", "pd", newer.run_id)
+    better = row(older_pd, newer_pd, "pass_load")
+    assert better.bracket is not None and better.bracket.ratio == pytest.approx((24 / 17, 25 / 16))
+    assert better.verdict(newer_pd).startswith(f"{newer_pd} is better: its bracket lies wholly above A's")
+    worse = row(newer_pd, older_pd, "pass_load")
+    assert worse.verdict(older_pd).startswith(f"{older_pd} is worse")
+    # tp4: 8 passed both nights; the newer search found no failing load, so its bracket is open above: overlap
+    open_above = row(
+        Side("serving_bracket", "tp4", older.run_id), Side("serving_bracket", "tp4", newer.run_id), "pass_load"
+    )
+    assert open_above.bracket.ratio == (8 / 9, float("inf"))
+    assert "no difference shown: the brackets overlap" in open_above.verdict(Side("serving_bracket", "tp4"))
+
+    tput = row(older_pd, newer_pd, "output_throughput")
+    assert (tput.a_values, tput.b_values, tput.b_left_out) == (3, 2, "1 noisy")
+    assert "B left out 1 noisy" in tput.verdict(newer_pd)
+    everything = row(older_pd, newer_pd, "output_throughput", include_noisy=True)
+    assert (everything.b_values, everything.b_left_out) == (3, "")

@@ -13,6 +13,11 @@ A side stands for exactly one run and one config, or it is refused, saying what 
 
 What is compared is said: the run each side stands for, and a warning for every point whose settings (the
 kind's run arguments: a serving phase's prompt count, input and output lengths) differ between the sides.
+
+Only rows measured ``ok`` are compared (noisy, throttled or contended ones are counted and named on their point's
+line) unless ``include_noisy``. A metric known only within a bracket (a load search's answer: the highest load
+that passed, below the lowest that did not) is compared by its brackets: B/A lies between B's lower bound over
+A's upper one and B's upper bound over A's lower one, and B is better only when it passed a load A did not.
 """
 
 from __future__ import annotations
@@ -76,10 +81,40 @@ class Resolved:
     night: str
     run_type: str
     samples: pd.DataFrame = field(repr=False, compare=False)
+    left_out: pd.DataFrame | None = field(default=None, repr=False, compare=False)  # rows not ok, not compared
 
     def describe(self) -> str:
         config = f", config {self.side.config}" if self.side.config else ""
         return f"{self.side} = run {self.run_id} (night {self.night}, {self.run_type}{config})"
+
+
+@dataclass(frozen=True)
+class Bracket:
+    """A bracketed metric on both sides (``Trend.bracket``): each side's value and its other bound (None: open)."""
+
+    a: tuple[float, float | None]
+    b: tuple[float, float | None]
+    better: str  # higher | lower
+
+    @property
+    def ratio(self) -> tuple[float, float]:
+        """The bounds of B/A: B's value over A's bound, B's bound over A's value (inf where a bound is open)."""
+        (a, a_bound), (b, b_bound) = self.a, self.b
+        low = b / a_bound if a_bound else 0.0
+        high = b_bound / a if b_bound is not None and a else math.inf
+        return (min(low, high), max(low, high))
+
+    def verdict(self, what: str) -> str:
+        (a, a_bound), (b, b_bound) = self.a, self.b
+        low, high = self.ratio
+        span = f"B/A between {low:.3g} and {high:.3g}" if math.isfinite(high) else f"B/A at least {low:.3g}"
+        b_ahead = a_bound is not None and b >= a_bound  # B passed a load A did not
+        a_ahead = b_bound is not None and a >= b_bound
+        higher = self.better == "higher"
+        if b_ahead or a_ahead:
+            word = "better" if b_ahead == higher else "worse"
+            return f"{what} is {word}: its bracket lies wholly {'above' if b_ahead else 'below'} A's ({span})"
+        return f"no difference shown: the brackets overlap ({span})"
 
 
 @dataclass(frozen=True)
@@ -91,11 +126,20 @@ class Row:
     b_values: int
     a: Summary | None = None  # each side's figures, also when they cannot be compared
     b: Summary | None = None
+    bracket: Bracket | None = None  # a bracketed metric: compared by its brackets instead
+    a_left_out: str = ""  # "2 noisy": rows of this point and metric not compared
+    b_left_out: str = ""
 
     def verdict(self, b: Side) -> str:
+        left = [f"{side} left out {text}" for side, text in (("A", self.a_left_out), ("B", self.b_left_out)) if text]
+        note = f" [{'; '.join(left)}: not ok, see --include-noisy]" if left else ""
+        if self.bracket is not None:
+            return self.bracket.verdict(str(b)) + note
         if self.result is None:
-            return f"not comparable: {self.a_values} and {self.b_values} values (2 a side needed for an interval)"
-        return self.result.verdict(str(b))
+            return (
+                f"not comparable: {self.a_values} and {self.b_values} values (2 a side needed for an interval)" + note
+            )
+        return self.result.verdict(str(b)) + note
 
 
 @dataclass(frozen=True)
@@ -150,10 +194,11 @@ def _run(warehouse: Warehouse, side: Side) -> tuple[str, str, str]:
     return str(found["run_id"]), str(found["night"])[:10], str(found["run_type"])
 
 
-def resolve(warehouse: Warehouse, side: Side) -> Resolved:
-    """The run and config ``side`` stands for, with its samples; LookupError when it is ambiguous or absent."""
+def resolve(warehouse: Warehouse, side: Side, include_noisy: bool = False) -> Resolved:
+    """The run and config ``side`` stands for, with its samples (its ``ok`` ones, or all when
+    ``include_noisy``) and those left out; LookupError when it is ambiguous or absent."""
     run_id, night, run_type = _run(warehouse, side)
-    samples = queries.run_samples(warehouse, side.campaign, run_id)
+    samples = queries.run_samples(warehouse, side.campaign, run_id, include_noisy=True)
     configs = sorted({str(c) for c in samples["config"].dropna()})
     if side.config is None and len(configs) > 1:
         options = ", ".join(f"{side.campaign}:{c}" for c in configs)
@@ -164,7 +209,10 @@ def resolve(warehouse: Warehouse, side: Side) -> Resolved:
         if side.config not in configs:
             raise LookupError(f"{side}: run {run_id} has no config {side.config!r} (it has: {', '.join(configs)})")
         samples = samples[samples["config"] == side.config]
-    return Resolved(side, run_id, night, run_type, samples)
+    if include_noisy:
+        return Resolved(side, run_id, night, run_type, samples, samples.iloc[0:0])
+    ok = samples["validity"] == "ok"
+    return Resolved(side, run_id, night, run_type, samples[ok], samples[~ok])
 
 
 def _kinds_of(metrics: set[str]) -> list[ResultKind]:
@@ -214,8 +262,30 @@ def _summary(values: list[float]) -> Summary | None:
         return None
 
 
-def _rows(left: pd.DataFrame, right: pd.DataFrame, point: str | None, metric: str | None) -> list[Row]:
+def _left_out(side: Resolved, at: str, name: str) -> str:
+    """``2 noisy, 1 throttled``: the rows of a point and metric not compared, by validity."""
+    frame = side.left_out
+    if frame is None or not len(frame):
+        return ""
+    counts = frame[(frame["point"] == at) & (frame["metric"] == name)]["validity"].value_counts()
+    return ", ".join(f"{int(n)} {validity}" for validity, n in sorted(counts.items()))
+
+
+def _bracket(warehouse: Warehouse, a: Resolved, b: Resolved, name: str) -> Bracket | None:
+    found = kinds.bracketed(name)
+    if found is None:
+        return None
+    table, trend = found
+    left = queries.brackets(warehouse, table, trend, a.side.campaign, a.run_id, a.side.config)
+    right = queries.brackets(warehouse, table, trend, b.side.campaign, b.run_id, b.side.config)
+    if len(left) != 1 or len(right) != 1:
+        return None
+    return Bracket(left[0], right[0], trend.better)
+
+
+def _rows(warehouse: Warehouse, a: Resolved, b: Resolved, point: str | None, metric: str | None) -> list[Row]:
     rows: list[Row] = []
+    left, right = a.samples, b.samples
     for (at, name), mine in left.groupby(["point", "metric"], sort=False):
         if (point and at != point) or (metric and name != metric):
             continue
@@ -227,19 +297,26 @@ def _rows(left: pd.DataFrame, right: pd.DataFrame, point: str | None, metric: st
             result = compare(values_a, values_b, kinds.trend_direction(str(name)))
         except ValueError:
             result = None
-        rows.append(
-            Row(str(at), str(name), result, len(values_a), len(values_b), _summary(values_a), _summary(values_b))
-        )
+        at, name = str(at), str(name)
+        figures = (len(values_a), len(values_b), _summary(values_a), _summary(values_b))
+        bracket = _bracket(warehouse, a, b, name)
+        rows.append(Row(at, name, result, *figures, bracket, _left_out(a, at, name), _left_out(b, at, name)))
     return sorted(rows, key=lambda r: (point_order(r.point), r.metric))
 
 
 def compare_runs(
-    warehouse: Warehouse, a: Side, b: Side, point: str | None = None, metric: str | None = None
+    warehouse: Warehouse,
+    a: Side,
+    b: Side,
+    point: str | None = None,
+    metric: str | None = None,
+    include_noisy: bool = False,
 ) -> Outcome:
     """Every point and metric both sides have (or the one asked for), ``b`` against ``a``, points in numeric
-    order, with the runs compared and the points whose settings differ."""
-    left, right = resolve(warehouse, a), resolve(warehouse, b)
-    rows = _rows(left.samples, right.samples, point, metric)
+    order, with the runs compared and the points whose settings differ; rows that are not ``ok`` only when
+    ``include_noisy``."""
+    left, right = resolve(warehouse, a, include_noisy), resolve(warehouse, b, include_noisy)
+    rows = _rows(warehouse, left, right, point, metric)
     points = sorted({r.point for r in rows}, key=point_order)
     return Outcome(left, right, rows, setting_warnings(warehouse, left, right, points))
 

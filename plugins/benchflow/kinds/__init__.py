@@ -54,10 +54,13 @@ class Column:
 
 @dataclass(frozen=True)
 class Trend:
-    """A metric judged night over night, and which way is better."""
+    """A metric judged night over night, and which way is better. ``bracket``: the column of the same row that
+    bounds the value from the other side (a load search: the highest load that passed is ``column``, the lowest
+    that did not is ``bracket``; the answer lies between them), so comparisons use the bracket as its interval."""
 
     column: str
     better: Better
+    bracket: str | None = None
 
 
 @dataclass(frozen=True)
@@ -289,6 +292,16 @@ def all_kinds() -> list[ResultKind]:
 def default() -> ResultKind:
     """The kind of a spec that names none (the one that declares itself the default)."""
     return next(k for k in all_kinds() if k.default)
+
+
+def bracketed(metric: str) -> tuple[SideTable, Trend] | None:
+    """The side table and trend of a metric known only within a bracket (``Trend.bracket``), else None."""
+    for kind in all_kinds():
+        for side in kind.side_tables:
+            for trend in side.trend:
+                if trend.column == metric and trend.bracket:
+                    return side, trend
+    return None
 
 
 def trend_direction(metric: str) -> Better:

@@ -15,7 +15,7 @@ from benchflow.warehouse import kindsql
 if TYPE_CHECKING:
     import pandas as pd
 
-    from benchflow.kinds import ResultKind
+    from benchflow.kinds import ResultKind, SideTable, Trend
     from benchflow.warehouse import Warehouse
 
 RUN_TIME = "COALESCE(logical_date, started_at)"  # when a run counts as having run: its logical date, else its start
@@ -264,6 +264,29 @@ def run_samples(
         sql += f" AND config = {p}"
         params.append(config)
     return w.query(sql, params)
+
+
+def brackets(
+    w: Warehouse, side: SideTable, trend: Trend, campaign: str, run_id: str, config: str | None = None
+) -> list[tuple[float, float | None]]:
+    """A run's values of a bracketed trend (``Trend.bracket``) with their other bound, one per case of the side
+    table (of one configuration): ``[(16.0, 17.0)]``, the bound None where the search found none."""
+    assert trend.bracket is not None
+    p = w.p
+    sql = (
+        f"SELECT t.{trend.column} AS value, t.{trend.bracket} AS bound FROM {side.table} t JOIN valid_runs v "
+        f"ON v.dag_id = t.dag_id AND v.run_id = t.run_id WHERE v.campaign = {p} AND t.run_id = {p} "
+        f"AND t.{trend.column} IS NOT NULL"
+    )
+    params: list[Any] = [campaign, run_id]
+    if config is not None and side.case:
+        sql += f" AND t.{side.case[0]} = {p}"
+        params.append(config)
+    frame = w.query(sql, params)
+    return [
+        (float(value), None if bound is None or bound != bound else float(bound))
+        for value, bound in zip(frame["value"], frame["bound"], strict=True)
+    ]
 
 
 def point_settings(
