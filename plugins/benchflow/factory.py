@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.python import PythonOperator
@@ -64,31 +65,70 @@ def _seconds(value: float) -> timedelta:
 
 
 def build_all(build: bool = True) -> tuple[list[DAG], list[SpecError]]:
-    """Every spec of the campaigns folder, each on its own: the DAGs of the good ones (when ``build``) and
-    the errors of the others. Two specs may not share a DAG id (``x.yaml`` and ``x.yml``, say)."""
+    """Every spec of the campaigns folder, each on its own and within its own time budget (``SpecLimits.seconds``
+    to read, check and build it): the DAGs of the good ones (when ``build``) and the errors of the others. Two
+    specs may not share a DAG id (``x.yaml`` and ``x.yml``, say)."""
     import gc
 
-    from benchflow.spec import SpecError, load_all
+    from benchflow.spec import SpecError, spec_paths
 
-    specs, errors = load_all()
+    paths, errors = spec_paths()
+    _warm_up()
     dags: list[DAG] = []
     # Thousands of operators are made here and none is garbage: the cyclic collector's passes over them cost a
     # third of the parse at 1,000 specs (bench/dag_parse.py), so it waits until the DAGs exist.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for spec in specs if build else []:
+        for path in paths:
             try:
-                dags.append(build_checked(spec))
+                _, dag = load_and_build(path, build)
             except SpecError as exc:
                 errors.append(exc)
+                continue
+            if dag is not None:
+                dags.append(dag)
     finally:
         if was_enabled:
             gc.enable()
     return dags, errors
 
 
-def build_checked(spec: CampaignSpec) -> DAG:
+def _warm_up() -> None:
+    """What the first spec would otherwise pay for every other (the kinds, their models, the validators' imports),
+    so that a spec's time budget measures its own work."""
+    import croniter  # noqa: F401
+    import jsonschema  # noqa: F401
+
+    from benchflow import kinds
+    from benchflow.spec import benchmark_model
+
+    for kind in kinds.all_kinds():
+        benchmark_model(kind.name)
+    with DAG(dag_id="bench_warm_up", schedule="@daily", start_date=START_DATE, catchup=False):  # not kept
+        PythonOperator(task_id="nothing", python_callable=print)
+
+
+def load_and_build(path: Path, build: bool = True) -> tuple[CampaignSpec, DAG | None]:
+    """One spec read, checked and (when ``build``) built within its time budget; every failure, the budget's
+    included, is a :class:`SpecError` of its file. ``bench validate`` runs exactly this."""
+    from benchflow.deadline import OverBudget, time_budget
+    from benchflow.spec import LIMITS, FieldError, SpecError, load_checked
+
+    seconds = LIMITS.build_seconds()
+    try:
+        with time_budget(seconds):
+            spec = load_checked(path)
+            return spec, build_checked(spec, path) if build else None
+    except OverBudget:
+        message = (
+            f"not built: reading, checking and building it took more than {seconds:g} s, a spec's budget "
+            f"(make it smaller: fewer configs, servers or argument values)"
+        )
+        raise SpecError(path, [FieldError("", message, None)]) from None
+
+
+def build_checked(spec: CampaignSpec, path: Path | None = None) -> DAG:
     """:func:`build_dag`, with a failure reported as a :class:`SpecError` of the spec's file."""
     from benchflow.paths import campaigns_dir
     from benchflow.spec import FieldError, SpecError
@@ -97,7 +137,8 @@ def build_checked(spec: CampaignSpec) -> DAG:
         return build_dag(spec)
     except Exception as exc:  # one spec's failure must not take the others down, nor print a traceback
         raise SpecError(
-            campaigns_dir() / f"{spec.name}.yaml", [FieldError("", f"the DAG could not be built: {exc}", None)]
+            path or campaigns_dir() / f"{spec.name}.yaml",
+            [FieldError("", f"the DAG could not be built: {exc}", None)],
         ) from exc
 
 
