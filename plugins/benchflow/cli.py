@@ -28,8 +28,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from benchflow.spec import SpecError, spec_paths
 
     configure_airflow()
-    from benchflow.factory import load_and_build
+    from benchflow.factory import load_and_build, warm_up
 
+    warm_up()
     errors: list[SpecError] = []
     paths = list(map(Path, args.specs)) if args.specs else None
     if paths is None:

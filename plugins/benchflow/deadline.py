@@ -35,10 +35,13 @@ def time_budget(seconds: float) -> Iterator[None]:
     outer_handler = signal.getsignal(signal.SIGALRM)
     outer_left, outer_interval = signal.getitimer(signal.ITIMER_REAL)
     mine = not outer_left or seconds < outer_left
+    outer_fired = False
 
     def on_alarm(signum: int, frame: Any) -> None:
+        nonlocal outer_fired
         if mine:
             raise OverBudget(seconds)
+        outer_fired = True
         if callable(outer_handler):
             outer_handler(signum, frame)
 
@@ -49,6 +52,6 @@ def time_budget(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, outer_handler)
-        if outer_left:
+        if outer_left and not outer_fired:
             left = outer_left - (time.monotonic() - start)
             signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3), outer_interval)

@@ -73,7 +73,7 @@ def build_all(build: bool = True) -> tuple[list[DAG], list[SpecError]]:
     from benchflow.spec import SpecError, spec_paths
 
     paths, errors = spec_paths()
-    _warm_up()
+    warm_up()
     dags: list[DAG] = []
     # Thousands of operators are made here and none is garbage: the cyclic collector's passes over them cost a
     # third of the parse at 1,000 specs (bench/dag_parse.py), so it waits until the DAGs exist.
@@ -94,7 +94,7 @@ def build_all(build: bool = True) -> tuple[list[DAG], list[SpecError]]:
     return dags, errors
 
 
-def _warm_up() -> None:
+def warm_up() -> None:
     """What the first spec would otherwise pay for every other (the kinds, their models, the validators' imports),
     so that a spec's time budget measures its own work."""
     import croniter  # noqa: F401
