@@ -179,6 +179,7 @@ def _host_stages(spec: CampaignSpec, on_host: dict[str, Any]) -> tuple[BaseOpera
         benchmark_args=dict(spec.benchmark.args),
         serving=bool(spec.configs),
         form=dict(spec.result_kind.form),
+        paired=spec.result_kind.paired,
         execution_timeout=_seconds(timeouts.preflight),
         **on_host,
     )

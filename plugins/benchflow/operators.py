@@ -90,16 +90,20 @@ class PreflightOperator(HostOperator):
         benchmark_args: dict[str, Any] | None = None,
         serving: bool = False,
         form: dict[str, Any] | None = None,
+        paired: tuple[tuple[str, ...], ...] = (),
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
         self.benchmark_args = benchmark_args or {}
         self.serving = serving
         self.form = form or {}
+        self.paired = paired
 
     def execute(self, context: Context) -> dict[str, str]:
         try:
-            resolved = params.check_conf(self.benchmark_args, self.serving, context.get("params"), self.form)
+            resolved = params.check_conf(
+                self.benchmark_args, self.serving, context.get("params"), self.form, self.paired
+            )
         except ValueError as exc:
             raise AirflowFailException(f"trigger conf refused, nothing ran on the host: {exc}") from None
         context["ti"].xcom_push(key=ARGS_KEY, value=resolved)

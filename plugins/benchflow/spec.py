@@ -212,7 +212,8 @@ def _benchmark_of_kind(value: Any, kind_name: str | None) -> Benchmark:
         return Benchmark.model_construct(**(value if isinstance(value, dict) else {}))
     bench = benchmark_model(kind_name).model_validate(value)
     try:
-        check_defaults(dict(bench.args), kinds.get(kind_name).form)
+        kind = kinds.get(kind_name)
+        check_defaults(dict(bench.args), kind.form, kind.paired)
     except ValueError as exc:
         error = {"type": "value_error", "loc": ("args",), "input": dict(bench.args), "ctx": {"error": exc}}
         raise ValidationError.from_exception_data("Benchmark", [error]) from None  # type: ignore[list-item]
