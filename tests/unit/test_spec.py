@@ -258,7 +258,7 @@ def _serving_with(configs: int = 1, servers: int = 1) -> str:
         ),
         (GOOD + "# " + "x" * 300_000 + "\n", r"camp.yaml:\?: <top>: is 30\d+ bytes: a spec may have 262144 bytes"),
         (GOOD + "deep: " + "[" * 40 + "]" * 40 + "\n", r"camp.yaml:11: deep(\.0)+: nested more than 32 levels"),
-        (GOOD + "many: [" + ",".join(["1"] * 20_001) + "]\n", r"camp.yaml:11: many\.\d+: more than 20000 YAML values"),
+        (GOOD + "many: [" + ",".join(["1"] * 50_001) + "]\n", r"camp.yaml:11: many\.\d+: more than 50000 YAML values"),
     ],
     ids=["configs", "servers", "services", "bytes", "depth", "values"],
 )
