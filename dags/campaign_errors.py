@@ -12,6 +12,6 @@ from __future__ import annotations
 from benchflow.factory import build_all
 from benchflow.spec import RejectedSpecs
 
-_, _errors = build_all()
+_, _errors = build_all(register=False)
 if _errors:
     raise RejectedSpecs(_errors)

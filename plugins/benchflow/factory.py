@@ -64,10 +64,11 @@ def _seconds(value: float) -> timedelta:
     return timedelta(seconds=value)
 
 
-def build_all(build: bool = True) -> tuple[list[DAG], list[SpecError]]:
+def build_all(build: bool = True, register: bool = True) -> tuple[list[DAG], list[SpecError]]:
     """Every spec of the campaigns folder, each on its own and within its own time budget (``SpecLimits.seconds``
     to read, check and build it): the DAGs of the good ones (when ``build``) and the errors of the others. Two
-    specs may not share a DAG id (``x.yaml`` and ``x.yml``, say)."""
+    specs may not share a DAG id (``x.yaml`` and ``x.yml``, say). ``register=False`` builds DAGs that the file
+    being parsed does not define (``dags/campaign_errors.py`` builds them only to find the failures)."""
     import gc
 
     from benchflow.spec import SpecError, spec_paths
@@ -82,7 +83,7 @@ def build_all(build: bool = True) -> tuple[list[DAG], list[SpecError]]:
     try:
         for path in paths:
             try:
-                _, dag = load_and_build(path, build)
+                _, dag = load_and_build(path, build, register)
             except SpecError as exc:
                 errors.append(exc)
                 continue
@@ -105,11 +106,11 @@ def warm_up() -> None:
 
     for kind in kinds.all_kinds():
         benchmark_model(kind.name)
-    with DAG(dag_id="bench_warm_up", schedule="@daily", start_date=START_DATE, catchup=False):  # not kept
+    with DAG(dag_id="bench_warm_up", schedule="@daily", start_date=START_DATE, catchup=False, auto_register=False):
         PythonOperator(task_id="nothing", python_callable=print)
 
 
-def load_and_build(path: Path, build: bool = True) -> tuple[CampaignSpec, DAG | None]:
+def load_and_build(path: Path, build: bool = True, register: bool = True) -> tuple[CampaignSpec, DAG | None]:
     """One spec read, checked and (when ``build``) built within its time budget; every failure, the budget's
     included, is a :class:`SpecError` of its file. ``bench validate`` runs exactly this."""
     from benchflow.deadline import OverBudget, time_budget
@@ -119,7 +120,7 @@ def load_and_build(path: Path, build: bool = True) -> tuple[CampaignSpec, DAG | 
     try:
         with time_budget(seconds):
             spec = load_checked(path)
-            return spec, build_checked(spec, path) if build else None
+            return spec, build_checked(spec, path, register) if build else None
     except OverBudget:
         message = (
             f"not built: reading, checking and building it took more than {seconds:g} s, a spec's budget "
@@ -128,13 +129,13 @@ def load_and_build(path: Path, build: bool = True) -> tuple[CampaignSpec, DAG | 
         raise SpecError(path, [FieldError("", message, None)]) from None
 
 
-def build_checked(spec: CampaignSpec, path: Path | None = None) -> DAG:
+def build_checked(spec: CampaignSpec, path: Path | None = None, register: bool = True) -> DAG:
     """:func:`build_dag`, with a failure reported as a :class:`SpecError` of the spec's file."""
     from benchflow.paths import campaigns_dir
     from benchflow.spec import FieldError, SpecError
 
     try:
-        return build_dag(spec)
+        return build_dag(spec, register)
     except Exception as exc:  # one spec's failure must not take the others down, nor print a traceback
         raise SpecError(
             path or campaigns_dir() / f"{spec.name}.yaml",
@@ -142,10 +143,11 @@ def build_checked(spec: CampaignSpec, path: Path | None = None) -> DAG:
         ) from exc
 
 
-def build_dag(spec: CampaignSpec) -> DAG:
+def build_dag(spec: CampaignSpec, register: bool = True) -> DAG:
     timeouts = spec.timeouts
     with DAG(
         dag_id=spec.dag_id,
+        auto_register=register,
         description=spec.description or None,
         schedule=spec.schedule,
         start_date=START_DATE,
