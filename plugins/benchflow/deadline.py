@@ -55,3 +55,11 @@ def time_budget(seconds: float) -> Iterator[None]:
         if outer_left and not outer_fired:
             left = outer_left - (time.monotonic() - start)
             signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3), outer_interval)
+
+
+def outer_seconds_left() -> float | None:
+    """What an interval timer already running in the main thread (Airflow's DAG-file import timeout) has left, or
+    None when there is none (or no signals here)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "getitimer"):
+        return None
+    return signal.getitimer(signal.ITIMER_REAL)[0] or None

@@ -64,14 +64,23 @@ def _seconds(value: float) -> timedelta:
     return timedelta(seconds=value)
 
 
+FILE_RESERVE_S = 3.0  # of the DAG file's import timeout, left for what comes after the builds
+
+
 def build_all(build: bool = True, register: bool = True) -> tuple[list[DAG], list[SpecError]]:
     """Every spec of the campaigns folder, each on its own and within its own time budget (``SpecLimits.seconds``
     to read, check and build it): the DAGs of the good ones (when ``build``) and the errors of the others. Two
     specs may not share a DAG id (``x.yaml`` and ``x.yml``, say). ``register=False`` builds DAGs that the file
-    being parsed does not define (``dags/campaign_errors.py`` builds them only to find the failures)."""
+    being parsed does not define (``dags/campaign_errors.py`` builds them only to find the failures).
+
+    Within Airflow's import timeout of the DAG file no spec's budget reaches past :data:`FILE_RESERVE_S` before
+    its end; once the specs before have used that much, the others are not built but errors naming the reason
+    (``dags/campaign_errors.py`` does the same work, so it lists them), and the file still imports with what was
+    built rather than losing every campaign to the timeout."""
     import gc
 
-    from benchflow.spec import SpecError, spec_paths
+    from benchflow.deadline import outer_seconds_left
+    from benchflow.spec import LIMITS, FieldError, SpecError, spec_paths
 
     paths, errors = spec_paths()
     warm_up()
@@ -82,8 +91,18 @@ def build_all(build: bool = True, register: bool = True) -> tuple[list[DAG], lis
     gc.disable()
     try:
         for path in paths:
+            seconds = LIMITS.build_seconds()
+            if (left := outer_seconds_left()) is not None:
+                if left < FILE_RESERVE_S + 0.5:
+                    late = (
+                        "not built: the specs before it used the DAG file's import timeout "
+                        "([core] dagbag_import_timeout); raise it, or have fewer or smaller specs"
+                    )
+                    errors.append(SpecError(path, [FieldError("", late, None)]))
+                    continue
+                seconds = min(seconds, max(left - FILE_RESERVE_S, 0.1))
             try:
-                _, dag = load_and_build(path, build, register)
+                _, dag = load_and_build(path, build, register, seconds)
             except SpecError as exc:
                 errors.append(exc)
                 continue
@@ -110,20 +129,23 @@ def warm_up() -> None:
         PythonOperator(task_id="nothing", python_callable=print)
 
 
-def load_and_build(path: Path, build: bool = True, register: bool = True) -> tuple[CampaignSpec, DAG | None]:
-    """One spec read, checked and (when ``build``) built within its time budget; every failure, the budget's
-    included, is a :class:`SpecError` of its file. ``bench validate`` runs exactly this."""
+def load_and_build(
+    path: Path, build: bool = True, register: bool = True, seconds: float | None = None
+) -> tuple[CampaignSpec, DAG | None]:
+    """One spec read, checked and (when ``build``) built within its time budget (``seconds``, a spec's by
+    default); every failure, the budget's included, is a :class:`SpecError` of its file. ``bench validate`` runs
+    exactly this."""
     from benchflow.deadline import OverBudget, time_budget
     from benchflow.spec import LIMITS, FieldError, SpecError, load_checked
 
-    seconds = LIMITS.build_seconds()
+    seconds = seconds or LIMITS.build_seconds()
     try:
         with time_budget(seconds):
             spec = load_checked(path)
             return spec, build_checked(spec, path, register) if build else None
     except OverBudget:
         message = (
-            f"not built: reading, checking and building it took more than {seconds:g} s, a spec's budget "
+            f"not built: reading, checking and building it took more than {seconds:.3g} s, a spec's budget "
             f"(make it smaller: fewer configs, servers or argument values)"
         )
         raise SpecError(path, [FieldError("", message, None)]) from None

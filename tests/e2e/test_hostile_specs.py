@@ -129,3 +129,29 @@ def test_the_biggest_spec_the_limits_allow_builds_within_the_default_budget(host
     )
     assert result.returncode == 0, result.stderr
     assert "slow: ok (bench_slow, kind serving" in result.stdout
+
+
+def test_a_dag_file_short_of_import_time_still_imports_and_names_the_specs_it_left_out(tmp_path):
+    """With the file's import timeout shorter than the reserve kept for its end, no spec is built, and both DAG
+    files still import (no timeout): campaign_errors.py names every spec and why."""
+    folder = tmp_path / "campaigns"
+    folder.mkdir()
+    for name in ("moe_kernel_local", "serving_local"):
+        shutil.copy(CAMPAIGNS / f"{name}.yaml", folder / f"{name}.yaml")
+    imports = "import benchflow.factory, benchflow.spec\n"  # imported before the timer starts, as Airflow would have
+    probe = PROBE.replace("from airflow.dag_processing", imports + "from airflow.dag_processing")
+    result = subprocess.run(
+        [sys.executable, "-c", probe, str(PROJECT_ROOT / "dags")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=PROJECT_ROOT,
+        env={**environment(folder, "10"), "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "3.4"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    parsed = json.loads(result.stdout.strip().splitlines()[-1])
+    assert parsed["dags"] == ["bench_report"]
+    [(path, error)] = parsed["errors"].items()
+    assert path.endswith("campaign_errors.py") and "Timeout" not in error
+    for name in ("moe_kernel_local", "serving_local"):
+        assert f"{name}.yaml:?: <top>: not built: the specs before it used the DAG file's import timeout" in error
