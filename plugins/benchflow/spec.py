@@ -435,6 +435,8 @@ class SpecError(ValueError):
 def load_spec(path: Path, payloads: Path | None = None) -> CampaignSpec:
     """Read and validate one spec file; every problem is a :class:`SpecError` naming file, line and field."""
     path = Path(path)
+    if path.suffix not in SPEC_SUFFIXES:
+        raise SpecError(path, [_suffix_error(path)])
     root, data = _read_yaml(path)
     if not isinstance(data, dict):
         raise SpecError(path, [FieldError("", "a spec is a mapping of fields", 1)])
@@ -589,7 +591,7 @@ def _alias_error(text: str, where: str) -> FieldError:
 
 def _shown(key: str) -> str:
     """A key as an error may print it: a name, or only its length (an unknown key may be a line of any file)."""
-    if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_ .-]{0,63}", key):
+    if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", key):
         return key
     return f"<a key of {len(key)} characters>"
 
@@ -631,9 +633,7 @@ def spec_paths(directory: Path | None = None) -> tuple[list[Path], list[SpecErro
     seen: dict[str, Path] = {}
     for path in spec_files(Path(directory)):
         if path.suffix not in SPEC_SUFFIXES:
-            rename = f"{path.stem}.yaml"
-            message = f"a spec's file name ends in .yaml or .yml, in lower case: rename it to {rename}"
-            errors.append(SpecError(path, [FieldError("", message, None)]))
+            errors.append(SpecError(path, [_suffix_error(path)]))
             continue
         if path.stem in seen:
             clash = f"campaign {path.stem!r} is also defined in {seen[path.stem].name}: rename one"
@@ -645,6 +645,11 @@ def spec_paths(directory: Path | None = None) -> tuple[list[Path], list[SpecErro
 
 
 SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+def _suffix_error(path: Path) -> FieldError:
+    message = f"a spec's file name ends in .yaml or .yml, in lower case: rename it to {path.stem}.yaml"
+    return FieldError("", message, None)
 
 
 def spec_files(directory: Path) -> list[Path]:
