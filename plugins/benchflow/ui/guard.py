@@ -16,7 +16,7 @@ import math
 import re
 from typing import Any
 
-TRIGGER = re.compile(r"^/api/v2/dags/[^/]+/dagRuns/?$")
+TRIGGER = re.compile(r"/api/v2/dags/[^/]+/dagRuns/?$")  # under any base URL
 MAX_LINE = 300  # characters of one line of an error answer
 MAX_LINES = 12  # lines of one error message
 MAX_ITEMS = 20  # items of a list in a 422 answer's input
