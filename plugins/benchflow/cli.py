@@ -24,34 +24,31 @@ from benchflow.airflow_setup import configure_airflow, ensure_pools
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """Every check the DAG build makes (schema, trigger-form defaults, reserved and duplicate names, encoding,
-    the build itself), never with a traceback."""
-    from benchflow.spec import CampaignSpec, SpecError, load_all, load_checked
+    """Every check the DAG build makes (schema, size limits, trigger-form defaults, reserved and duplicate names,
+    encoding, the build itself within a spec's time budget), never with a traceback."""
+    from benchflow.spec import SpecError, spec_paths
 
     configure_airflow()
-    from benchflow.factory import build_checked
+    from benchflow.factory import load_and_build, warm_up
 
-    specs: list[CampaignSpec] = []
+    warm_up()
     errors: list[SpecError] = []
-    if args.specs:
-        for path in map(Path, args.specs):
-            try:
-                specs.append(load_checked(path))
-            except SpecError as exc:
-                errors.append(exc)
-    else:
-        specs, errors = load_all()
-    for spec in specs:
+    paths = list(map(Path, args.specs)) if args.specs else None
+    if paths is None:
+        paths, errors = spec_paths()
+    good = 0
+    for path in paths:
         try:
-            build_checked(spec)
+            spec, _ = load_and_build(path)
         except SpecError as exc:
             errors.append(exc)
             continue
+        good += 1
         print(f"{spec.name}: ok ({spec.dag_id}, kind {spec.kind}, host {spec.host}, payload {spec.payload_name})")
     for error in errors:
         print("\n".join(error.lines()), file=sys.stderr)
     if errors:
-        print(f"{len(errors)} of {len(specs) + len(errors)} specs invalid", file=sys.stderr)
+        print(f"{len(errors)} of {good + len(errors)} specs invalid", file=sys.stderr)
     return 1 if errors else 0
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.python import PythonOperator
@@ -63,48 +64,112 @@ def _seconds(value: float) -> timedelta:
     return timedelta(seconds=value)
 
 
-def build_all(build: bool = True) -> tuple[list[DAG], list[SpecError]]:
-    """Every spec of the campaigns folder, each on its own: the DAGs of the good ones (when ``build``) and
-    the errors of the others. Two specs may not share a DAG id (``x.yaml`` and ``x.yml``, say)."""
+FILE_RESERVE_S = 3.0  # of the DAG file's import timeout, left for what comes after the builds
+
+
+def build_all(build: bool = True, register: bool = True) -> tuple[list[DAG], list[SpecError]]:
+    """Every spec of the campaigns folder, each on its own and within its own time budget (``SpecLimits.seconds``
+    to read, check and build it): the DAGs of the good ones (when ``build``) and the errors of the others. Two
+    specs may not share a DAG id (``x.yaml`` and ``x.yml``, say). ``register=False`` builds DAGs that the file
+    being parsed does not define (``dags/campaign_errors.py`` builds them only to find the failures).
+
+    Within Airflow's import timeout of the DAG file no spec's budget reaches past :data:`FILE_RESERVE_S` before
+    its end; once the specs before have used that much, the others are not built but errors naming the reason
+    (``dags/campaign_errors.py`` does the same work, so it lists them), and the file still imports with what was
+    built rather than losing every campaign to the timeout."""
     import gc
 
-    from benchflow.spec import SpecError, load_all
+    from benchflow.deadline import outer_seconds_left
+    from benchflow.spec import LIMITS, FieldError, SpecError, spec_paths
 
-    specs, errors = load_all()
+    paths, errors = spec_paths()
+    warm_up()
     dags: list[DAG] = []
     # Thousands of operators are made here and none is garbage: the cyclic collector's passes over them cost a
     # third of the parse at 1,000 specs (bench/dag_parse.py), so it waits until the DAGs exist.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for spec in specs if build else []:
+        for path in paths:
+            seconds = LIMITS.build_seconds()
+            if (left := outer_seconds_left()) is not None:
+                if left < FILE_RESERVE_S + 0.5:
+                    late = (
+                        "not built: the specs before it used the DAG file's import timeout "
+                        "([core] dagbag_import_timeout); raise it, or have fewer or smaller specs"
+                    )
+                    errors.append(SpecError(path, [FieldError("", late, None)]))
+                    continue
+                seconds = min(seconds, max(left - FILE_RESERVE_S, 0.1))
             try:
-                dags.append(build_checked(spec))
+                _, dag = load_and_build(path, build, register, seconds)
             except SpecError as exc:
                 errors.append(exc)
+                continue
+            if dag is not None:
+                dags.append(dag)
     finally:
         if was_enabled:
             gc.enable()
     return dags, errors
 
 
-def build_checked(spec: CampaignSpec) -> DAG:
+def warm_up() -> None:
+    """What the first spec would otherwise pay for every other (the kinds, their models, the validators' imports),
+    so that a spec's time budget measures its own work."""
+    import croniter  # noqa: F401
+    import jsonschema  # noqa: F401
+
+    from benchflow import kinds
+    from benchflow.spec import benchmark_model
+
+    for kind in kinds.all_kinds():
+        benchmark_model(kind.name)
+    with DAG(dag_id="bench_warm_up", schedule="@daily", start_date=START_DATE, catchup=False, auto_register=False):
+        PythonOperator(task_id="nothing", python_callable=print)
+
+
+def load_and_build(
+    path: Path, build: bool = True, register: bool = True, seconds: float | None = None
+) -> tuple[CampaignSpec, DAG | None]:
+    """One spec read, checked and (when ``build``) built within its time budget (``seconds``, a spec's by
+    default); every failure, the budget's included, is a :class:`SpecError` of its file. ``bench validate`` runs
+    exactly this."""
+    from benchflow.deadline import OverBudget, time_budget
+    from benchflow.spec import LIMITS, FieldError, SpecError, load_checked
+
+    seconds = seconds or LIMITS.build_seconds()
+    try:
+        with time_budget(seconds):
+            spec = load_checked(path)
+            return spec, build_checked(spec, path, register) if build else None
+    except OverBudget:
+        message = (
+            f"not built: reading, checking and building it took more than {seconds:.3g} s, a spec's budget "
+            f"(make it smaller: fewer configs, servers or argument values)"
+        )
+        raise SpecError(path, [FieldError("", message, None)]) from None
+
+
+def build_checked(spec: CampaignSpec, path: Path | None = None, register: bool = True) -> DAG:
     """:func:`build_dag`, with a failure reported as a :class:`SpecError` of the spec's file."""
     from benchflow.paths import campaigns_dir
     from benchflow.spec import FieldError, SpecError
 
     try:
-        return build_dag(spec)
+        return build_dag(spec, register)
     except Exception as exc:  # one spec's failure must not take the others down, nor print a traceback
         raise SpecError(
-            campaigns_dir() / f"{spec.name}.yaml", [FieldError("", f"the DAG could not be built: {exc}", None)]
+            path or campaigns_dir() / f"{spec.name}.yaml",
+            [FieldError("", f"the DAG could not be built: {exc}", None)],
         ) from exc
 
 
-def build_dag(spec: CampaignSpec) -> DAG:
+def build_dag(spec: CampaignSpec, register: bool = True) -> DAG:
     timeouts = spec.timeouts
     with DAG(
         dag_id=spec.dag_id,
+        auto_register=register,
         description=spec.description or None,
         schedule=spec.schedule,
         start_date=START_DATE,
@@ -153,6 +218,7 @@ def _host_stages(spec: CampaignSpec, on_host: dict[str, Any]) -> tuple[BaseOpera
         serving=bool(spec.configs),
         form=dict(spec.result_kind.form),
         run_options=list(_run_options(spec)),
+        paired=spec.result_kind.paired,
         execution_timeout=_seconds(timeouts.preflight),
         **on_host,
     )

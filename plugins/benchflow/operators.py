@@ -100,6 +100,7 @@ class PreflightOperator(HostOperator):
         serving: bool = False,
         form: dict[str, Any] | None = None,
         run_options: list[str] | None = None,
+        paired: tuple[tuple[str, ...], ...] = (),
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -107,11 +108,12 @@ class PreflightOperator(HostOperator):
         self.serving = serving
         self.form = form or {}
         self.run_options = run_options or []  # params of the run that are not benchmark arguments (payload_ref)
+        self.paired = paired
 
     def execute(self, context: Context) -> dict[str, str]:
         try:
             resolved = params.check_conf(
-                self.benchmark_args, self.serving, context.get("params"), self.form, self.run_options
+                self.benchmark_args, self.serving, context.get("params"), self.form, self.run_options, self.paired
             )
         except ValueError as exc:
             raise AirflowFailException(f"trigger conf refused, nothing ran on the host: {exc}") from None

@@ -60,7 +60,7 @@ def schema_for(name: str, default: Any, form: Form | None = None) -> dict[str, A
     """The JSON schema of a field: the kind's own (its ``form``) when it has one for ``name``, else one made from
     the default's type; with, for the form, a title, a description with the unit, and its section."""
     if form and name in form:
-        return dict(form[name])
+        return finite(dict(form[name]))
     if isinstance(default, bool):
         schema: dict[str, Any] = {"type": "boolean"}
     elif isinstance(default, int):
@@ -75,7 +75,28 @@ def schema_for(name: str, default: Any, form: Form | None = None) -> dict[str, A
         }
     else:
         schema = {"type": "string", "pattern": SAFE_TEXT, "maxLength": 200}
-    return {**schema, **_describe(name, default)}
+    return finite({**schema, **_describe(name, default)})
+
+
+# JSON has no NaN or Infinity, but Python's reader takes them, and every comparison with NaN is false, so
+# ``minimum`` and ``maximum`` let NaN through. A number that is at least 0 and below 0 at once is only NaN: a
+# number field says "not that"; and its largest and smallest finite bounds refuse the infinities. Airflow checks
+# these when a run is triggered (REST, UI or CLI), so such a conf never becomes a run.
+NOT_NAN = {"not": {"type": "number", "minimum": 0, "exclusiveMaximum": 0}}
+FLOAT_MAX = 1.7976931348623157e308
+
+
+def finite(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` (a trigger-form field's) with NaN and the infinities refused wherever it takes a number."""
+    out = dict(schema)
+    types = out.get("type")
+    if "number" in (types if isinstance(types, list) else [types]):
+        out.update(NOT_NAN)
+        out.setdefault("maximum", FLOAT_MAX)
+        out.setdefault("minimum", -FLOAT_MAX)
+    if isinstance(out.get("items"), dict):
+        out["items"] = finite(out["items"])
+    return out
 
 
 def param_schemas(
@@ -126,20 +147,78 @@ def _validator(schema_json: str) -> Any:
 
 
 def check_value(value: Any, schema: dict[str, Any]) -> None:
-    """ValueError with the schema's message when ``value`` does not fit."""
+    """ValueError with the schema's message when ``value`` does not fit; the value it echoes is cut short."""
     error = next(iter(_validator(json.dumps(schema, sort_keys=True)).iter_errors(value)), None)
     if error is not None:
-        raise ValueError(error.message)
+        message = error.message.replace(repr(error.instance), short(error.instance))
+        where = "".join(f"[{part}]" for part in error.absolute_path)
+        if non_finite(error.instance) is not None:  # what NOT_NAN and FLOAT_MAX mean, in words
+            message = f"{error.instance!r} is not a finite number (NaN and Infinity are refused)"
+        raise ValueError(f"item {where}: {message}" if where else message)
 
 
-def check_defaults(args: dict[str, Any], form: Form | None = None) -> None:
-    """Each spec argument against the schema its trigger-form field will have; ValueError names the first
-    that does not fit (Airflow would refuse to build the DAG)."""
+def short(value: Any, limit: int = 120) -> str:
+    """``repr`` of a value cut to ``limit`` characters: an error never echoes a huge value whole."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 30]}… ({len(text)} characters)"
+
+
+def non_finite(value: Any, where: str = "") -> str | None:
+    """Where a NaN or an infinity is in a conf (``m_list[2]``, ``a.b``), at any depth; None when nowhere."""
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "the value"
+    if isinstance(value, dict):
+        items: Any = ((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+    elif isinstance(value, list | tuple):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    return next((found for path, item in items if (found := non_finite(item, path)) is not None), None)
+
+
+def check_defaults(args: dict[str, Any], form: Form | None = None, paired: Pairs = ()) -> None:
+    """Each spec argument against the schema its trigger-form field will have, and the lists that go together by
+    position of the same length; ValueError names the first that does not fit (Airflow would refuse to build
+    the DAG, or the run would fail on the host)."""
     for name, value in args.items():
         try:
             check_value(value, schema_for(name, value, form))
         except ValueError as exc:
-            raise ValueError(f"{name}: default {value!r} does not fit its trigger form: {exc}") from None
+            raise ValueError(f"{name}: default {short(value)} does not fit its trigger form: {exc}") from None
+    check_pairs(args, args, paired)
+
+
+Pairs = tuple[tuple[str, ...], ...]  # a kind's lists that go together by position, the leading one first
+
+
+def check_pairs(spec_args: Mapping[str, Any], resolved: Mapping[str, Any], paired: Pairs) -> None:
+    """Lists that go together by position (serving: the n-th ``prompts`` is for the n-th ``concurrency``): of the
+    same length, and the leading one never changed alone (the spec's other lists would be paired, by position,
+    with levels they were not written for). ValueError says what to write."""
+    for group in paired:
+        names = [n for n in group if isinstance(resolved.get(n), list)]
+        if len(names) < 2:
+            continue
+        lead, others = names[0], names[1:]
+        new = resolved[lead]
+        kept = [n for n in others if new != spec_args.get(lead) and resolved[n] == spec_args.get(n)]
+        if kept:
+            old_pairs = dict(zip(spec_args.get(lead) or [], spec_args.get(kept[0]) or [], strict=False))
+            example = [old_pairs.get(level, "?") for level in new]
+            raise ValueError(
+                f"{lead} was changed to {short(new)} and {' and '.join(kept)} left as the spec has it "
+                f"({short(resolved[kept[0]])}), but they go together by position (the n-th {kept[0]} is for "
+                f"the n-th {lead}): give {' and '.join(kept)} too, one value per {lead} value ({len(new)}), "
+                f"e.g. {kept[0]} {json.dumps(example)}".replace('"?"', "?")
+            )
+        for other in others:
+            if len(resolved[other]) != len(new):
+                raise ValueError(
+                    f"{lead} has {len(new)} values and {other} has {len(resolved[other])}, but they go together "
+                    f"by position (the n-th {other} is for the n-th {lead}): give them the same length"
+                )
 
 
 def server_args(params: dict[str, Any] | Any) -> str:
@@ -196,12 +275,16 @@ def check_conf(
     params: dict[str, Any] | Any,
     form: Form | None = None,
     run_options: list[str] | tuple[str, ...] = (),
+    paired: Pairs = (),
 ) -> dict[str, Any]:
     """The run's benchmark arguments (the spec's with the params on top), once every param fits its schema, the
-    campaign has each one, and the command line fits; ValueError names the first problem. Runs before anything
-    irreversible (stopping services), and its result is what every later step of the run uses."""
+    campaign has each one, the lists that go together still do, and the command line fits; ValueError names
+    the first problem. Runs before anything irreversible (stopping services), and its result is what every
+    later step of the run uses."""
     from benchflow.remote.layout import render_args
 
+    if (where := non_finite(dict(params or {}))) is not None:
+        raise ValueError(f"param {where}: NaN and Infinity are not numbers a benchmark can take")
     known = set(args) | ({SERVER_ARGS} if serving else set()) | set(run_options)
     unknown = sorted(set(dict(params or {})) - known)
     if unknown:
@@ -210,6 +293,7 @@ def check_conf(
             f"{', '.join(sorted(known)) or 'none'}"
         )
     resolved = overlay(args, params, form)
+    check_pairs(args, resolved, paired)
     rendered = render_args(resolved)
     if serving:
         rendered += " " + server_args(params)

@@ -34,6 +34,31 @@ from benchflow.paths import campaigns_dir, kernels_dir
 if TYPE_CHECKING:
     from benchflow.kinds import ResultKind
 
+
+@dataclass(frozen=True)
+class SpecLimits:
+    """How big one spec may be, all in one place (the README lists them). Generous: the largest spec shipped is
+    under 4 KB with three configs. Past them a spec is refused by file and line, before its DAG is built, so no
+    spec can hold up the DAG file's import (Airflow's 30 s ``dagbag_import_timeout``) for every other campaign."""
+
+    bytes: int = 256 * 1024  # the file
+    nodes: int = 50_000  # YAML mappings, lists and values in the document
+    depth: int = 32  # how deeply they nest
+    configs: int = 64  # serving configs (each one is a task group of six tasks)
+    servers: int = 32  # servers of one config
+    services: int = 32
+    arg_items: int = 4096  # values of one list in benchmark.args
+    seconds: float = 10.0  # to read, check and build one spec's DAG (BENCH_SPEC_SECONDS overrides, for tests)
+
+    def build_seconds(self) -> float:
+        import os
+
+        return float(os.environ.get("BENCH_SPEC_SECONDS") or self.seconds)
+
+
+LIMITS = SpecLimits()
+
+
 # An identifier that is safe as a DAG id part, a path component and a shell word.
 Ident = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
 # "local", or an Airflow connection id.
@@ -53,7 +78,7 @@ PayloadPath = Annotated[
 # One line of printable text (no control characters, so nothing can smuggle a newline into a shell).
 Line = Annotated[str, StringConstraints(pattern=r"^[^\x00-\x1f\x7f]*$", max_length=400)]
 Scalar = int | float | bool | Line
-ArgValue = Scalar | list[Scalar]
+ArgValue = Scalar | Annotated[list[Scalar], Field(max_length=LIMITS.arg_items)]
 
 
 SCHEDULE_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@yearly")
@@ -133,7 +158,7 @@ class ServingConfig(_Model):
     """One configuration of a serving comparison: its servers, an optional router in front of them."""
 
     name: Ident
-    servers: list[Server] = Field(min_length=1)
+    servers: list[Server] = Field(min_length=1, max_length=LIMITS.servers)
     router: Server | None = None
 
     @model_validator(mode="after")
@@ -207,7 +232,8 @@ def _benchmark_of_kind(value: Any, kind_name: str | None) -> Benchmark:
         return Benchmark.model_construct(**(value if isinstance(value, dict) else {}))
     bench = benchmark_model(kind_name).model_validate(value)
     try:
-        check_defaults(dict(bench.args), kinds.get(kind_name).form)
+        kind = kinds.get(kind_name)
+        check_defaults(dict(bench.args), kind.form, kind.paired)
     except ValueError as exc:
         error = {"type": "value_error", "loc": ("args",), "input": dict(bench.args), "ctx": {"error": exc}}
         raise ValidationError.from_exception_data("Benchmark", [error]) from None  # type: ignore[list-item]
@@ -312,8 +338,10 @@ class CampaignSpec(_Model):
     schedule: Line | None = Field(default="@daily", description="cron or preset (default nightly); null: manual only")
     tags: list[Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")]] = Field(default_factory=list)
     retries: int = Field(default=0, ge=0, le=10)
-    services: list[Service] = Field(default_factory=list)
-    configs: list[ServingConfig] = Field(default_factory=list, description="serving: run one after another")
+    services: list[Service] = Field(default_factory=list, max_length=LIMITS.services)
+    configs: list[ServingConfig] = Field(
+        default_factory=list, max_length=LIMITS.configs, description="serving: run one after another"
+    )
     benchmark: Benchmark
     timeouts: Timeouts = Field(default_factory=Timeouts)
     gpus_free: GpusFree = Field(default_factory=GpusFree)
@@ -462,6 +490,8 @@ class SpecError(ValueError):
 def load_spec(path: Path, payloads: Path | None = None) -> CampaignSpec:
     """Read and validate one spec file; every problem is a :class:`SpecError` naming file, line and field."""
     path = Path(path)
+    if path.suffix not in SPEC_SUFFIXES:
+        raise SpecError(path, [_suffix_error(path)])
     root, data = _read_yaml(path)
     if not isinstance(data, dict):
         raise SpecError(path, [FieldError("", "a spec is a mapping of fields", 1)])
@@ -497,11 +527,11 @@ _STR_TAG = "tag:yaml.org,2002:str"
 
 
 def _read_yaml(path: Path) -> tuple[Any, Any]:
-    """The document's node tree (for line numbers) and its data, from one pass of the parser."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise SpecError(path, [FieldError("", f"cannot read: {exc.strerror}", None)]) from exc
+    """The document's node tree (for line numbers) and its data, from one pass of the parser; refused first when
+    the file is not one this project may read (a link out of its folder, not a plain file, too big), and before
+    anything is built from it when its tree is too big or uses YAML aliases (``*name``: one line of them can
+    stand for a billion values)."""
+    raw = _read_bytes(path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -510,39 +540,121 @@ def _read_yaml(path: Path) -> tuple[Any, Any]:
     loader = _Loader(text)
     try:
         root = loader.get_single_node()
-        problems = list(_key_problems(root))
+        problems = _key_problems(root, path, text)
         if problems:
             raise SpecError(path, problems)
         data = loader.construct_document(root) if root is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise SpecError(path, [FieldError("", f"not valid YAML: {exc}", mark.line + 1 if mark else None)]) from exc
+        # the parser's own words, never the line it quotes: the file may not be a spec at all
+        said = "; ".join(str(part) for part in (getattr(exc, "context", None), getattr(exc, "problem", None)) if part)
+        message = f"not valid YAML: {_short(said or type(exc).__name__, 200)}"
+        raise SpecError(path, [FieldError("", message, mark.line + 1 if mark else None)]) from None
     finally:
         loader.dispose()
     return root, data
 
 
-def _key_problems(node: Any, where: str = "") -> Iterable[FieldError]:
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, at most :data:`LIMITS` ``.bytes``; a symbolic link that leads out of the spec's folder,
+    and anything but a plain file (a FIFO would block the DAG import), are refused without reading a byte."""
+    import os
+    import stat
+
+    folder = Path(os.path.abspath(path)).parent.resolve()
+    try:
+        target = Path(path).resolve(strict=True)
+        info = target.stat()
+    except (OSError, RuntimeError) as exc:
+        raise SpecError(path, [FieldError("", f"cannot read: {getattr(exc, 'strerror', None) or exc}", None)]) from None
+    if not target.is_relative_to(folder):
+        where = "a symbolic link to a file outside the campaigns folder"
+        raise SpecError(path, [FieldError("", f"is {where}: not read (copy the spec into the folder)", None)])
+    if not stat.S_ISREG(info.st_mode):
+        raise SpecError(path, [FieldError("", "is not a regular file: not read", None)])
+    too_big = f"a spec may have {LIMITS.bytes} bytes at most"
+    if info.st_size > LIMITS.bytes:
+        raise SpecError(path, [FieldError("", f"is {info.st_size} bytes: {too_big}", None)])
+    try:
+        with open(target, "rb") as handle:
+            raw = handle.read(LIMITS.bytes + 1)
+    except OSError as exc:
+        raise SpecError(path, [FieldError("", f"cannot read: {exc.strerror}", None)]) from exc
+    if len(raw) > LIMITS.bytes:
+        raise SpecError(path, [FieldError("", f"is over {LIMITS.bytes} bytes: {too_big}", None)])
+    return raw
+
+
+def _key_problems(root: Any, path: Path, text: str) -> list[FieldError]:
     """Keys YAML would silently mangle: a repeated key (the last one wins) or a key read as a boolean,
-    number or null (``on:``, ``off:``, ``yes:``), each with its line."""
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key, value in node.value:
-            name = str(key.value)
-            field = f"{where}.{name}" if where else name
-            if key.tag != _STR_TAG:
-                yield FieldError(
-                    field,
-                    f"key {name!r} is read by YAML as a {key.tag.rsplit(':', 1)[-1]}; quote it: '{name}'",
-                    key.start_mark.line + 1,
-                )
-            elif name in seen:
-                yield FieldError(field, "duplicate key (YAML would keep only the last)", key.start_mark.line + 1)
-            seen.add(name)
-            yield from _key_problems(value, field)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            yield from _key_problems(item, f"{where}.{index}")
+    number or null (``on:``, ``off:``, ``yes:``), each with its line. Walked without recursion and without
+    following an alias twice: an alias is refused (with the line of the first), so is a tree past the limits."""
+    problems: list[FieldError] = []
+    seen_nodes: set[int] = set()
+    stack: list[tuple[Any, str, int]] = [(root, "", 1)] if root is not None else []
+    while stack:
+        node, where, depth = stack.pop()
+        if id(node) in seen_nodes:
+            raise SpecError(path, [_alias_error(text, where)])
+        seen_nodes.add(id(node))
+        if len(seen_nodes) > LIMITS.nodes:
+            message = f"more than {LIMITS.nodes} YAML values: a spec may have that many at most"
+            raise SpecError(path, [FieldError(where, message, node.start_mark.line + 1)])
+        if depth > LIMITS.depth and not isinstance(node, yaml.ScalarNode):
+            message = f"nested more than {LIMITS.depth} levels deep: a spec may nest that deep at most"
+            raise SpecError(path, [FieldError(where, message, node.start_mark.line + 1)])
+        children: list[tuple[Any, str, int]] = []
+        if isinstance(node, yaml.MappingNode):
+            names: set[str] = set()
+            for key, value in node.value:
+                name = _shown(str(key.value))
+                field = f"{where}.{name}" if where else name
+                if key.tag != _STR_TAG:
+                    problems.append(
+                        FieldError(
+                            field,
+                            f"key {name!r} is read by YAML as a {key.tag.rsplit(':', 1)[-1]}; quote it: '{name}'",
+                            key.start_mark.line + 1,
+                        )
+                    )
+                elif key.value in names:
+                    problems.append(
+                        FieldError(field, "duplicate key (YAML would keep only the last)", key.start_mark.line + 1)
+                    )
+                names.add(str(key.value))
+                children += [(key, field, depth + 1), (value, field, depth + 1)]
+        elif isinstance(node, yaml.SequenceNode):
+            children = [(item, f"{where}.{index}", depth + 1) for index, item in enumerate(node.value)]
+        stack.extend(reversed(children))
+    problems.sort(key=lambda p: p.line or 0)
+    return problems
+
+
+def _alias_error(text: str, where: str) -> FieldError:
+    """The first alias of the document, by its line (its node in the tree has only the anchor's)."""
+    line = None
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, yaml.AliasEvent) and event.start_mark is not None:
+                line = event.start_mark.line + 1
+                break
+    except yaml.YAMLError:
+        pass
+    message = "YAML aliases (*name) are not allowed in a campaign spec: write the value out in full"
+    return FieldError(where, message, line)
+
+
+def _shown(key: str) -> str:
+    """A key as an error may print it: a name, or only its length (an unknown key may be a line of any file)."""
+    if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", key):
+        return key
+    return f"<a key of {len(key)} characters>"
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    """``repr`` of a value, cut to ``limit`` characters (an error message never echoes a huge value whole)."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 20]}… ({len(text)} characters)"
 
 
 class RejectedSpecs(ValueError):
@@ -557,21 +669,48 @@ class RejectedSpecs(ValueError):
 
 def load_all(directory: Path | None = None) -> tuple[list[CampaignSpec], list[SpecError]]:
     """Every spec in a folder: the valid ones and the errors of the others."""
-    directory = directory or campaigns_dir()
+    paths, errors = spec_paths(directory)
     specs: list[CampaignSpec] = []
-    errors: list[SpecError] = []
-    seen: dict[str, Path] = {}
-    for path in sorted([*Path(directory).glob("*.yaml"), *Path(directory).glob("*.yml")]):
-        if path.stem in seen:
-            clash = f"campaign {path.stem!r} is also defined in {seen[path.stem].name}: rename one"
-            errors.append(SpecError(path, [FieldError("name", clash, None)]))
-            continue
-        seen[path.stem] = path
+    for path in paths:
         try:
             specs.append(load_checked(path))
         except SpecError as exc:
             errors.append(exc)
     return specs, errors
+
+
+def spec_paths(directory: Path | None = None) -> tuple[list[Path], list[SpecError]]:
+    """The spec files of a folder to load, and the errors of those refused by their name alone: a suffix in
+    another case (``x.YAML``), a name another file has (``x.yaml`` and ``x.yml``)."""
+    directory = directory or campaigns_dir()
+    paths: list[Path] = []
+    errors: list[SpecError] = []
+    seen: dict[str, Path] = {}
+    for path in spec_files(Path(directory)):
+        if path.suffix not in SPEC_SUFFIXES:
+            errors.append(SpecError(path, [_suffix_error(path)]))
+            continue
+        if path.stem in seen:
+            clash = f"campaign {path.stem!r} is also defined in {seen[path.stem].name}: rename one"
+            errors.append(SpecError(path, [FieldError("name", clash, None)]))
+            continue
+        seen[path.stem] = path
+        paths.append(path)
+    return paths, errors
+
+
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+def _suffix_error(path: Path) -> FieldError:
+    message = f"a spec's file name ends in .yaml or .yml, in lower case: rename it to {path.stem}.yaml"
+    return FieldError("", message, None)
+
+
+def spec_files(directory: Path) -> list[Path]:
+    """The folder's spec files, and those whose suffix is one in another case (``x.YAML``, ``x.Yml``): those are
+    refused by name rather than ignored."""
+    return sorted(p for p in Path(directory).iterdir() if p.suffix.lower() in SPEC_SUFFIXES)
 
 
 def load_checked(path: Path) -> CampaignSpec:
@@ -599,8 +738,8 @@ def find_spec(name_or_path: str, directory: Path | None = None) -> Path:
 
 def _dotted(loc: Iterable[Any]) -> str:
     # pydantic reports union members as extra loc parts ("int", "list[...]"); they say nothing to a user.
-    parts = [str(p) for p in loc if not (isinstance(p, str) and re.search(r"[\[\]|]|^(int|float|bool|str)$", p))]
-    return ".".join(parts)
+    parts = [p for p in loc if not (isinstance(p, str) and re.search(r"[\[\]|]|^(int|float|bool|str)$", p))]
+    return ".".join(_shown(p) if isinstance(p, str) else str(p) for p in parts)
 
 
 def _line(node: Any, loc: Iterable[Any]) -> int | None:
@@ -622,7 +761,10 @@ def _line(node: Any, loc: Iterable[Any]) -> int | None:
 
 
 def _display(path: Path) -> str:
+    """The path as given (made relative to here), never where a link leads."""
+    import os
+
     try:
-        return str(Path(path).resolve().relative_to(Path.cwd()))
+        return str(Path(os.path.abspath(path)).relative_to(Path.cwd()))
     except ValueError:
         return str(path)

@@ -214,3 +214,111 @@ def test_a_spec_that_is_not_utf8_is_refused_with_its_line(tmp_path):
     path.write_bytes(GOOD.encode().replace(b"test campaign", b"caf\xe9 campaign"))
     with pytest.raises(SpecError, match=r"camp.yaml:1: <top>: not UTF-8 text \(byte 16\)"):
         load_spec(path)
+
+
+# --- hostile specs: aliases, sizes, links, suffixes (issue 20) ---
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("base: &b [1, 2]\n" + GOOD.replace("m_list: [1, 2]", "m_list: *b"), 9),
+        (GOOD + "services:\n  - &s {name: a, stop: x, start: y}\n  - *s\n", 13),
+        (GOOD.replace("timeouts:\n  benchmark: 60\n", "t: &t {benchmark: 60}\ntimeouts:\n  <<: *t\n"), 11),
+    ],
+    ids=["alias of a list", "alias in a list", "merge key"],
+)
+def test_yaml_aliases_are_refused_with_their_line(tmp_path, text, line):
+    with pytest.raises(SpecError, match=rf"camp.yaml:{line}: .*YAML aliases \(\*name\) are not allowed"):
+        load_spec(write(tmp_path, text))
+
+
+def test_alias_bomb_is_refused_before_it_expands(tmp_path):
+    lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x","x"]']
+    lines += [f"a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    with pytest.raises(SpecError, match=r"camp.yaml:2: a1.0: YAML aliases"):
+        load_spec(write(tmp_path, "\n".join(lines) + "\n" + GOOD.replace("[1, 2]", "*a8")))
+
+
+def _serving_with(configs: int = 1, servers: int = 1) -> str:
+    server = '{{name: s{j}, command: "{{python}} server.py", port: {port}}}'
+    listed = ", ".join(server.format(j=j, port=30100 + j) for j in range(servers))
+    entries = "".join(f"  - name: c{i}\n    servers: [{listed}]\n" for i in range(configs))
+    return f"kind: serving\npayload: moe\nconfigs:\n{entries}benchmark:\n  script: sweep.py\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (_serving_with(configs=65), r"camp.yaml:4: configs: List should have at most 64 items"),
+        (_serving_with(servers=33), r"camp.yaml:5: configs.0.servers: List should have at most 32 items"),
+        (
+            GOOD + "services:\n" + "".join(f"  - {{name: s{i}, stop: x, start: y}}\n" for i in range(33)),
+            r"camp.yaml:12: services: List should have at most 32 items",
+        ),
+        (GOOD + "# " + "x" * 300_000 + "\n", r"camp.yaml:\?: <top>: is 30\d+ bytes: a spec may have 262144 bytes"),
+        (GOOD + "deep: " + "[" * 40 + "]" * 40 + "\n", r"camp.yaml:11: deep(\.0)+: nested more than 32 levels"),
+        (GOOD + "many: [" + ",".join(["1"] * 50_001) + "]\n", r"camp.yaml:11: many\.\d+: more than 50000 YAML values"),
+    ],
+    ids=["configs", "servers", "services", "bytes", "depth", "values"],
+)
+def test_size_limits_are_refused_naming_the_limit(tmp_path, text, expected):
+    with pytest.raises(SpecError, match=expected):
+        load_spec(write(tmp_path, text))
+
+
+def test_the_limits_allow_what_is_shipped():
+    from benchflow.spec import LIMITS
+
+    assert max(len(s.configs) for s in load_all(CAMPAIGNS_DIR)[0]) * 10 <= LIMITS.configs * 1
+    assert max(p.stat().st_size for p in CAMPAIGNS_DIR.glob("*.yaml")) * 50 < LIMITS.bytes
+
+
+def test_a_link_out_of_the_folder_is_not_read(tmp_path):
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$SECRETHASH:19000:0:99999:7:::\ntoken: sk-SECRET\n")
+    folder = tmp_path / "campaigns"
+    folder.mkdir()
+    (folder / "leak.yaml").symlink_to(secret)
+    (folder / "inside.yaml").symlink_to(write(folder, GOOD, "real"))  # a link within the folder is a spec
+    specs, errors = load_all(folder)
+    assert {s.name for s in specs} == {"inside", "real"}
+    [error] = errors
+    assert "leak.yaml:?: <top>: is a symbolic link to a file outside the campaigns folder" in str(error)
+    assert "SECRET" not in str(error) and "shadow" not in str(error)  # neither its lines nor where it leads
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "camp.yaml")
+    with pytest.raises(SpecError, match=r"camp.yaml:\?: <top>: is not a regular file"):
+        load_spec(tmp_path / "camp.yaml")
+
+
+def test_unknown_keys_that_are_not_names_are_never_echoed(tmp_path):
+    text = GOOD + "root:$6$SECRETHASH:19000:0:99999:7:::\n'my key': 1\n"
+    with pytest.raises(SpecError) as caught:
+        load_spec(write(tmp_path, text))
+    message = str(caught.value)
+    assert "camp.yaml:11: <a key of 36 characters>: unknown field" in message
+    assert "camp.yaml:12: <a key of 6 characters>: unknown field" in message and "SECRET" not in message
+
+
+def test_yaml_errors_never_quote_the_file(tmp_path):
+    with pytest.raises(SpecError) as caught:
+        load_spec(write(tmp_path, "token: sk-SECRET {\n  x: [\n"))
+    assert "not valid YAML" in str(caught.value) and "SECRET" not in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["camp.YAML", "camp.Yml", "camp.yAml"])
+def test_a_suffix_in_another_case_is_refused_by_name(tmp_path, name):
+    (tmp_path / name).write_text(GOOD)
+    with pytest.raises(SpecError, match=r"rename it to camp\.yaml"):
+        load_spec(tmp_path / name)  # bench validate FILE, bench run
+    (tmp_path / "camp.yaml").write_text(GOOD)  # and beside the right name, it is still this error, not a clash
+    specs, errors = load_all(tmp_path)
+    assert [s.name for s in specs] == ["camp"]
+    assert [e.lines() for e in errors] == [
+        [f"{tmp_path / name}:?: <top>: a spec's file name ends in .yaml or .yml, in lower case: rename it to camp.yaml"]
+    ]

@@ -134,6 +134,9 @@ class ResultKind:
     default: bool = False  # the kind of a spec that names none
     former_names: tuple[str, ...] = ()  # what specs wrote before kinds (benchmark.parser), for a helpful error
     form: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # trigger-form fields of its payloads' args
+    # argument lists that go together by position, the leading one first (serving: a prompts count per
+    # concurrency level): a run must keep them of one length and may not change the leading one alone
+    paired: tuple[tuple[str, ...], ...] = ()
     derive: Callable[[pd.DataFrame], pd.DataFrame] = _no_derived  # columns only the suite checks
     suite_params: Callable[[Any, Mapping[str, Any]], dict[str, Any]] = _no_params  # (options, run args)
     parser_options: Callable[[Any], dict[str, Any]] = _no_parser_options  # (options) → keywords of parse

@@ -186,11 +186,15 @@ _LEVELS = {"type": "array", "minItems": 1, "maxItems": 64}
 FORM: dict[str, dict[str, Any]] = {
     "concurrency": {**_LEVELS, "items": {"type": "integer", "minimum": 1, "maximum": 4096},
                     "title": "Concurrency levels (requests in flight)",
-                    "description": "Client concurrency of each phase. Unit: requests in flight at once.",
+                    "description": "Client concurrency of each phase. Unit: requests in flight at once. "
+                                   "Goes with Prompts per phase by position (the n-th prompts count is for the "
+                                   "n-th level): change both together, as lists of one length; a run that "
+                                   "changes the levels alone, or gives two lengths, is refused before it starts.",
                     "section": SWEEP},
     "prompts": {**_LEVELS, "items": {"type": "integer", "minimum": 1, "maximum": 100000},
                 "title": "Prompts per phase (prompts)",
-                "description": "Prompts sent in each phase, one number per concurrency level. Unit: prompts.",
+                "description": "Prompts sent in each phase, one number per concurrency level, in the same "
+                               "order (as many numbers as levels). Unit: prompts.",
                 "section": SWEEP},
     "input_len": {"type": "integer", "minimum": 1, "maximum": 1048576, "title": "Input length (tokens)",
                   "description": "Input tokens of every prompt. Unit: tokens.", "section": SWEEP},
@@ -307,6 +311,7 @@ KIND = ResultKind(
     options=ServingOptions,
     former_names=("serving_log",),
     form=FORM,
+    paired=(("concurrency", "prompts"),),
     config_args=config_args,
     wide_view="serving_wide",
     defaults={"repeat": 1, "warmup": False},

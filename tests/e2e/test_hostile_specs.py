@@ -1,0 +1,157 @@
+"""Hostile specs against the real DagBag and the real ``bench validate``: an alias bomb, a spec past its time budget,
+a symbolic link to a file of secrets, a suffix in capitals. Each is refused by name while every other campaign loads,
+and nothing of the linked file reaches the import error, the DAG file's log or the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import PROJECT_ROOT
+
+pytestmark = pytest.mark.e2e
+BENCH = str(Path(sys.executable).parent / "bench")
+CAMPAIGNS = PROJECT_ROOT / "include" / "campaigns"
+SECRETS = ("SECRETHASH", "sk-SECRET123", "hunter2")
+
+PROBE = textwrap.dedent(
+    """
+    import json, sys
+    from airflow.dag_processing.dagbag import DagBag
+    bag = DagBag(dag_folder=sys.argv[1])
+    print(json.dumps({"dags": sorted(bag.dags), "errors": {k: str(v) for k, v in bag.import_errors.items()}}))
+    """
+)
+
+
+def alias_bomb() -> str:
+    """Nine levels of ten aliases: 10^9 values once expanded, in about 300 bytes."""
+    lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x","x"]']
+    lines += [f"a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    return "\n".join(lines) + "\npayload: moe\nbenchmark:\n  script: bench_moe.py\n  args:\n    m_list: *a8\n"
+
+
+def biggest_serving_spec() -> str:
+    """A serving spec at the size limits (64 configs of 32 servers): its DAG takes a few tenths of a second."""
+    spec = yaml.safe_load((CAMPAIGNS / "serving_local.yaml").read_text())
+    server = spec["configs"][0]["servers"][0]
+    spec["configs"] = [
+        {"name": f"c{i}", "servers": [{**server, "name": f"s{j}", "port": 9000 + j} for j in range(32)]}
+        for i in range(64)
+    ]
+    return yaml.safe_dump(json.loads(json.dumps(spec)))  # no shared objects, so no aliases
+
+
+@pytest.fixture
+def hostile(tmp_path):
+    folder = tmp_path / "campaigns"
+    folder.mkdir()
+    shutil.copy(CAMPAIGNS / "moe_kernel_local.yaml", folder / "moe_kernel_local.yaml")
+    shutil.copy(CAMPAIGNS / "serving_local.yaml", folder / "serving_local.yaml")
+    (folder / "bomb.yaml").write_text(alias_bomb())
+    secret = tmp_path / "shadow"
+    secret.write_text(
+        "root:$6$SECRETHASH:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\napi_token: sk-SECRET123\npw: hunter2\n"
+    )
+    os.symlink(secret, folder / "leak.yaml")
+    (folder / "shout.YAML").write_text((CAMPAIGNS / "moe_kernel_local.yaml").read_text())
+    (folder / "slow.yaml").write_text(biggest_serving_spec())
+    return folder
+
+
+def environment(folder: Path, seconds: str) -> dict[str, str]:
+    return {**os.environ, "BENCH_CAMPAIGNS_DIR": str(folder), "BENCH_SPEC_SECONDS": seconds}
+
+
+def test_dagbag_loads_every_other_campaign_and_names_each_hostile_spec(hostile):
+    # a budget a hundredth of the default: the biggest spec the limits allow overruns it, the shipped ones do not
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, str(PROJECT_ROOT / "dags")],
+        capture_output=True,
+        text=True,
+        timeout=300,  # an expanded bomb never returns; this only stops the test hanging
+        cwd=PROJECT_ROOT,
+        env=environment(hostile, "0.1"),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    parsed = json.loads(result.stdout.strip().splitlines()[-1])
+    assert {"bench_moe_kernel_local", "bench_serving_local", "bench_report"} <= set(parsed["dags"])
+    assert not {"bench_bomb", "bench_slow", "bench_leak", "bench_shout"} & set(parsed["dags"])
+    assert [Path(p).name for p in parsed["errors"]] == ["campaign_errors.py"]  # campaigns.py itself loads
+    [error] = parsed["errors"].values()
+    assert "bomb.yaml:2: a1.0: YAML aliases (*name) are not allowed in a campaign spec" in error
+    assert "slow.yaml:?: <top>: not built: reading, checking and building it took more than 0.1 s" in error
+    assert "leak.yaml:?: <top>: is a symbolic link to a file outside the campaigns folder: not read" in error
+    assert "shout.YAML:?: <top>: a spec's file name ends in .yaml or .yml, in lower case: rename it" in error
+    for secret in SECRETS:
+        assert secret not in result.stdout + result.stderr
+
+
+def test_bench_validate_refuses_each_hostile_spec_and_returns(hostile):
+    result = subprocess.run(
+        [BENCH, "validate"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=PROJECT_ROOT,
+        env=environment(hostile, "0.1"),
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "moe_kernel_local: ok" in result.stdout and "serving_local: ok" in result.stdout
+    for name in ("bomb.yaml:2:", "slow.yaml:?:", "leak.yaml:?:", "shout.YAML:?:"):
+        assert name in result.stderr, result.stderr
+    assert "4 of 6 specs invalid" in result.stderr
+    for secret in SECRETS:
+        assert secret not in result.stdout + result.stderr
+
+
+def test_bench_validate_of_one_linked_file_prints_none_of_it(hostile):
+    result = subprocess.run(
+        [BENCH, "validate", str(hostile / "leak.yaml")], capture_output=True, text=True, timeout=120, cwd=PROJECT_ROOT
+    )
+    assert result.returncode == 1
+    assert "is a symbolic link to a file outside the campaigns folder" in result.stderr
+    for secret in SECRETS:
+        assert secret not in result.stdout + result.stderr
+
+
+def test_the_biggest_spec_the_limits_allow_builds_within_the_default_budget(hostile):
+    result = subprocess.run(
+        [BENCH, "validate", str(hostile / "slow.yaml")], capture_output=True, text=True, timeout=120, cwd=PROJECT_ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    assert "slow: ok (bench_slow, kind serving" in result.stdout
+
+
+def test_a_dag_file_short_of_import_time_still_imports_and_names_the_specs_it_left_out(tmp_path):
+    """With the file's import timeout shorter than the reserve kept for its end, no spec is built, and both DAG
+    files still import (no timeout): campaign_errors.py names every spec and why."""
+    folder = tmp_path / "campaigns"
+    folder.mkdir()
+    for name in ("moe_kernel_local", "serving_local"):
+        shutil.copy(CAMPAIGNS / f"{name}.yaml", folder / f"{name}.yaml")
+    imports = "import benchflow.factory, benchflow.spec\n"  # imported before the timer starts, as Airflow would have
+    probe = PROBE.replace("from airflow.dag_processing", imports + "from airflow.dag_processing")
+    result = subprocess.run(
+        [sys.executable, "-c", probe, str(PROJECT_ROOT / "dags")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=PROJECT_ROOT,
+        env={**environment(folder, "10"), "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "3.4"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    parsed = json.loads(result.stdout.strip().splitlines()[-1])
+    assert parsed["dags"] == ["bench_report"]
+    [(path, error)] = parsed["errors"].items()
+    assert path.endswith("campaign_errors.py") and "Timeout" not in error
+    for name in ("moe_kernel_local", "serving_local"):
+        assert f"{name}.yaml:?: <top>: not built: the specs before it used the DAG file's import timeout" in error
