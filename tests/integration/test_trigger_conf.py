@@ -163,7 +163,7 @@ def test_paired_lists_changed_together_or_prompts_alone_are_taken(dags):
     built, _ = dags
     task = built["serving_local"].task_dict["preflight"]
     for conf in ({"concurrency": [2, 4], "prompts": [4, 8]}, {"prompts": [2, 4, 6]}, SPEC, {}):
-        resolved = check_conf(task.benchmark_args, True, conf, task.form, task.paired)
+        resolved = check_conf(task.benchmark_args, True, conf, task.form, task.run_options, task.paired)
         assert len(resolved["concurrency"]) == len(resolved["prompts"])
 
 
