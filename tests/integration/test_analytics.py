@@ -456,3 +456,23 @@ def test_compare_takes_a_search_answer_by_its_bracket_and_leaves_noisy_rows_out_
     assert "B left out 1 noisy" in tput.verdict(newer_pd)
     everything = row(older_pd, newer_pd, "output_throughput", include_noisy=True)
     assert (everything.b_values, everything.b_left_out) == (3, "")
+
+
+def test_rows_not_measured_ok_are_counted_by_validity_and_reason(warehouse):
+    """What bench run prints under a run's table: the rows that are not ok, grouped by validity and reason."""
+    from benchflow.warehouse import queries
+
+    rows = kernel_rows(1.0, random.Random(3)) + kernel_rows(1.0, random.Random(4))  # m = 1, 16, 256, twice
+    for repeat, row in enumerate(rows):
+        row["repeat"] = 1 + repeat // 3
+    reason = "contended: the benchmark waited 31 % of its run time for a CPU (limit 10 %)"
+    for row in rows[:3]:
+        row |= {"validity": "contended", "validity_reason": reason}
+    rows[3] |= {"validity": "noisy", "validity_reason": "noisy: p90/p10 of the timed calls 2.4 (limit 1.5)"}
+    run = night_run("validity_counts", 0)
+    warehouse.load(run, KERNEL, rows)
+    found = queries.validity_counts(warehouse, KERNEL, run.dag_id, run.run_id).to_dict("records")
+    assert found == [
+        {"validity": "contended", "reason": reason, "n": 3},
+        {"validity": "noisy", "reason": "noisy: p90/p10 of the timed calls 2.4 (limit 1.5)", "n": 1},
+    ]

@@ -58,6 +58,9 @@ def _results(spec: CampaignSpec, run_id: str, watch: Watch) -> None:
     watch.say(rows.to_string(index=False) if len(rows) else "(no rows loaded)")
     if len(rows) == SHOWN_ROWS and (total := queries.run_row_count(warehouse, kind, spec.dag_id, run_id)) > len(rows):
         watch.say(f"showing {len(rows)} of {total} rows (bench sql for all of them)")
+    for found in queries.validity_counts(warehouse, kind, spec.dag_id, run_id).itertuples():
+        # stored, but never summarised, a baseline or compared (bench compare --include-noisy)
+        watch.say(f"not ok: {found.n} row(s) {found.validity}: {found.reason or 'no reason recorded'}")
     watch.say(f"results: {warehouse.location} (bench sql, or the Benchmarks view of `make up`)")
     if (folder := artifacts.local_folder(spec.dag_id, run_id)) is not None:
         watch.say(f"artifacts: {folder}")

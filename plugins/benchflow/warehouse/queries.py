@@ -39,6 +39,20 @@ def run_gpu_model(w: Warehouse, dag_id: str, run_id: str) -> str:
     return str(found["gpu_model"].iloc[0]) if len(found) else "none"
 
 
+def validity_counts(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str) -> pd.DataFrame:
+    """A run's rows that were not measured ``ok`` (``kind.validity``), by validity and reason: ``validity``,
+    ``reason``, ``n``, most rows first (empty for a kind without a validity column)."""
+    if not kind.validity:
+        return w.query("SELECT 1 AS n WHERE 1 = 0")
+    p, column = w.p, kind.validity
+    return w.query(
+        f"SELECT {column} AS validity, COALESCE({column}_reason, '') AS reason, COUNT(*) AS n FROM {kind.table} "
+        f"WHERE dag_id = {p} AND run_id = {p} AND COALESCE({column}, 'ok') <> 'ok' "
+        f"GROUP BY {column}, COALESCE({column}_reason, '') ORDER BY n DESC, validity, reason LIMIT 20",
+        [dag_id, run_id],
+    )
+
+
 def run_rows(
     w: Warehouse,
     kind: ResultKind,
