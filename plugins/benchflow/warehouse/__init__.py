@@ -159,6 +159,17 @@ class Warehouse:
         description = self.hook.last_description or []
         return pd.DataFrame.from_records(rows or [], columns=[d[0] for d in description])
 
+    def read(self, text: str) -> pd.DataFrame:
+        """An analyst's statement (``bench sql``): exactly one of a reading kind (:mod:`.readonly`), run where it
+        cannot write (:meth:`~.hooks.WarehouseHook.read_statement`); a DataFrame. Raises
+        :class:`~.readonly.RefusedStatement` for any other text."""
+        import pandas as pd
+
+        from benchflow.warehouse.readonly import check
+
+        columns, rows = self.hook.read_statement(check(text))
+        return pd.DataFrame.from_records(rows, columns=columns)
+
     def migrate(self) -> list[str]:
         """Apply pending migrations and (re)create the analyst views; returns what was applied."""
         from benchflow.warehouse.schema import migrate
