@@ -40,7 +40,8 @@ def _results(spec: CampaignSpec, run_id: str, watch: Watch) -> None:
     from benchflow import artifacts
     from benchflow.warehouse import Warehouse, queries
 
-    warehouse = Warehouse.from_airflow()
+    # read what readers read (DuckDB: the published snapshot), never holding the file the loads write
+    warehouse = Warehouse.from_airflow(read_only=True)
     kind = spec.result_kind
     loaded = queries.run_record(warehouse, spec.dag_id, run_id)
     if len(loaded):
@@ -49,6 +50,6 @@ def _results(spec: CampaignSpec, run_id: str, watch: Watch) -> None:
         watch.say(f"warehouse status: {first['status']} ({first['rows_loaded']} rows){detail}")
     rows = kind.present(queries.shown_rows(warehouse, kind, spec.dag_id, run_id))
     watch.say(rows.to_string(index=False) if len(rows) else "(no rows loaded)")
-    watch.say(f"results: {warehouse.location} (bench sql, or the Benchmarks view of `make up`)")
+    watch.say(f"results: {warehouse.location} (read it with bench sql, or the Benchmarks view of `make up`)")
     if (folder := artifacts.local_folder(spec.dag_id, run_id)) is not None:
         watch.say(f"artifacts: {folder}")
