@@ -27,6 +27,47 @@ _MIGHTY_ROLE = (
 )
 
 
+class SnapshotNotPublished(RuntimeError):
+    """A DuckDB write was committed but readers cannot see it yet: its snapshot could not be written."""
+
+
+def publish_snapshot(path: Path, snapshot: Path) -> None:
+    """Copy ``path`` to a temporary file beside ``snapshot``, fsync it, rename it over ``snapshot`` and fsync the
+    folder: readers see the old snapshot or the new one, never a part of one, also after a crash. On any error
+    the temporary file is removed (as are those that processes no longer running left behind) and the old
+    snapshot stays."""
+    prefix = f".{snapshot.name}."
+    for stale in snapshot.parent.glob(f"{prefix}*.partial"):
+        pid = stale.name[len(prefix) : -len(".partial")]
+        if pid.isdigit() and not _alive(int(pid)):
+            stale.unlink(missing_ok=True)
+    partial = snapshot.with_name(f"{prefix}{os.getpid()}.partial")
+    try:
+        with path.open("rb") as source, partial.open("wb") as sink:
+            shutil.copyfileobj(source, sink, 1 << 20)
+            sink.flush()
+            os.fsync(sink.fileno())
+        os.replace(partial, snapshot)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    folder = os.open(snapshot.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class WarehouseHook(Protocol):
     """What the warehouse needs of a backend: a ``DbApiHook`` (``run``, ``get_conn``, ``last_description``) that
     also knows its placeholder, how to open a transaction, a cursor inside it, what to do once it is committed,
@@ -137,12 +178,19 @@ class DuckDBHook(DbApiHook):
         return con
 
     def after_commit(self, con: Any) -> None:
-        """Publish what was committed for readers: checkpoint, copy, rename (atomic for open readers)."""
+        """Publish what was committed for readers: checkpoint, then :func:`publish_snapshot`. A snapshot that
+        cannot be written (a full disk) raises :class:`SnapshotNotPublished`, which says that the write is
+        committed and what readers see; the previous snapshot stays whole and no partial file is left."""
         con.execute("CHECKPOINT")
         path, snapshot = self.database_path(), self.snapshot_path()
-        partial = snapshot.with_name(f".{snapshot.name}.{os.getpid()}")
-        shutil.copyfile(path, partial)
-        os.replace(partial, snapshot)
+        try:
+            publish_snapshot(path, snapshot)
+        except OSError as exc:
+            raise SnapshotNotPublished(
+                f"the write is committed in {path}, but its snapshot for readers could not be published "
+                f"({exc.strerror or exc}): readers (bench sql, the Benchmarks view) still see the previous "
+                f"snapshot, {snapshot}. Free space there, then `bench migrate` publishes it."
+            ) from exc
 
     def read_statement(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         """One statement of an analyst (``bench sql``): DuckDB's own parser must find exactly one ``SELECT``
@@ -269,7 +317,9 @@ class WarehousePostgresHook(PostgresHook):
             values = frame[column]
             if values.dtype.kind == "f":
                 known = values.dropna()
-                if np.isfinite(known).all() and (known == np.round(known)).all():
+                # past ±2^63 no integer column could hold it: a float column's (a FLOP count of 1.2e20), kept
+                whole = np.isfinite(known).all() and (known == np.round(known)).all()
+                if whole and (known.abs() < 2.0**63).all():
                     frame[column] = values.astype("Int64")
         with tempfile.TemporaryDirectory() as tmp, con.cursor() as cur:
             path = Path(tmp) / "rows.csv"
