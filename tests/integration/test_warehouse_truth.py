@@ -129,3 +129,70 @@ def test_the_view_and_bench_runs_reads_answer_on_postgresql(tmp_path, monkeypatc
         assert len(shown) in (3, 4) and not shown.empty
         assert len(queries.run_record(reader, run.dag_id, run.run_id)) == 1
         assert len(queries.headline_by_case(reader, kind, run.dag_id, run.run_id))
+
+
+def sglang_run(store_root, requests_text: str | None = None):
+    """A PD sweep of the real SGLang client (its log and the requests its --output-details saved) in a store."""
+    from benchflow import artifacts, pipeline
+    from tests.conftest import FIXTURES
+
+    store = artifacts.store("bench_sglang_pd", f"run_{uuid.uuid4().hex[:8]}")
+    (store / "bench_pd.log").write_text((FIXTURES / "clients" / "sweep_sglang_pd.txt").read_text())
+    text = (FIXTURES / "clients" / "sweep_sglang_requests.jsonl").read_text()
+    (store / "requests.jsonl").write_text(text if requests_text is None else requests_text)
+    return pipeline.Fetched(str(store), ["bench_pd.log", "requests.jsonl"], [], ["bench_pd.log"])
+
+
+def test_an_sglang_run_keeps_request_rate_inf_and_gets_failed_from_its_requests(warehouse, tmp_path, monkeypatch):
+    from benchflow import artifacts, pipeline
+    from tests.conftest import FIXTURES
+
+    monkeypatch.setenv("BENCH_ARTIFACTS_URL", f"file://{tmp_path / 'store'}")
+    lines = (FIXTURES / "clients" / "sweep_sglang_requests.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    flipped = next(i for i, r in enumerate(records) if (r["config"], r["concurrency"]) == ("pd", 8))
+    records[flipped] |= {"ok": False, "error": "HTTP 503", "ttft_ms": None}  # one request of c=8 failed
+    fetched = sglang_run(tmp_path, "".join(json.dumps(r) + "\n" for r in records))
+    parsed = pipeline.parse(fetched, SERVING, None, "ALL_DONE", {}, {})
+    assert parsed.status == "ok" and "stored as null" not in parsed.detail, parsed.detail
+    run = record(run_id=f"sglang_{warehouse.p}")
+    assert warehouse.load(run, SERVING, artifacts.read_rows(parsed.store)) == 3
+    stored = warehouse.query(
+        "SELECT concurrency, request_rate, failed, completed, started_at FROM serving_wide "
+        f"WHERE run_id = {warehouse.p} ORDER BY concurrency",
+        [run.run_id],
+    ).to_dict("records")
+    assert [(r["concurrency"], r["request_rate"], r["failed"]) for r in stored] == [
+        (1, float("inf"), 0), (4, float("inf"), 0), (8, float("inf"), 1)]  # fmt: skip
+    assert {r["started_at"].timestamp() for r in stored} == {run.started_at.timestamp()}  # the run's time, per row
+
+
+def test_malformed_request_records_are_noted_and_make_the_run_incomplete(tmp_path, monkeypatch):
+    from benchflow import pipeline
+    from tests.conftest import FIXTURES
+
+    monkeypatch.setenv("BENCH_ARTIFACTS_URL", f"file://{tmp_path / 'store'}")
+    lines = (FIXTURES / "clients" / "sweep_sglang_requests.jsonl").read_text().splitlines()
+    garbled = [*lines[:6], '{"config": "pd", "concurrency": 8, "se', *lines[6:9], "[1, 2]", *lines[9:]]
+    parsed = pipeline.parse(sglang_run(tmp_path, "\n".join(garbled) + "\n"), SERVING, None, "ALL_DONE", {}, {})
+    assert parsed.status == "incomplete"
+    assert parsed.detail.startswith(
+        f"requests.jsonl: 2 of {len(lines) + 2} records malformed, left out (first at line 7)"
+    )
+
+
+def test_nan_is_stored_as_null_naming_its_columns_and_infinities_stay(warehouse, tmp_path, monkeypatch):
+    from benchflow import artifacts, pipeline
+
+    monkeypatch.setenv("BENCH_ARTIFACTS_URL", f"file://{tmp_path / 'store'}")
+    store = artifacts.store("bench_nan", "r1")
+    (store / "bench.log").write_text(
+        "M ms/call tok/s us/token kernel_ms\n1 0.5 2000 500 nan\n2 1.0 2000 500 inf\n4 2.0 2000 500 -inf\nALL_DONE\n"
+    )
+    parsed = pipeline.parse(pipeline.Fetched(str(store), ["bench.log"], [], ["bench.log"]), KERNEL, None, "ALL_DONE",
+                            {}, {})  # fmt: skip
+    assert "1 value was NaN (or infinite where no infinity fits): stored as null in kernel_ms (1)" in parsed.detail
+    warehouse.load(record(), KERNEL, artifacts.read_rows(parsed.store))
+    stored = warehouse.query("SELECT m, kernel_ms FROM kernel_results ORDER BY m")
+    assert stored["kernel_ms"].tolist()[1:] == [float("inf"), float("-inf")]
+    assert stored["kernel_ms"].isna().tolist() == [True, False, False]

@@ -130,6 +130,11 @@ class ResultKind:
     # (rows, benchflow.telemetry.run.RunTelemetry) → the columns each row gains: energy, host load, validity
     telemetry: Callable[[list[dict[str, Any]], Any], list[dict[str, Any]]] | None = None
     validity: str | None = None  # the column that says whether a row is ok (others never reach a baseline)
+    # (rows, side table → its rows as fetched) → the rows with what a format leaves empty and the benchmark's side
+    # files give (serving: ``failed`` of a phase from its requests in requests.jsonl)
+    from_side_files: (
+        Callable[[list[dict[str, Any]], Mapping[str, list[dict[str, Any]]]], list[dict[str, Any]]] | None
+    ) = None
 
     def __post_init__(self) -> None:
         names = self.column_names
