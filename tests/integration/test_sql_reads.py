@@ -208,6 +208,8 @@ def test_reads_are_answered_on_both_backends(backend):
     assert answered.stdout.split() == ["n", "answer", "1", "42"]
     shown = bench(env, "SHOW search_path" if name == "postgres" else "DESCRIBE runs")
     assert shown.returncode == 0, shown.stderr
+    summed = bench(env, "SELECT sum(m) AS s, avg(m) AS a FROM kernel_results", "--format", "json")
+    assert json.loads(summed.stdout) == [{"s": 3, "a": 1.5}], summed.stdout  # numbers (PostgreSQL: numeric), not text
 
 
 def test_csv_json_and_parquet_hold_the_same_rows(backend, tmp_path):
