@@ -333,6 +333,9 @@ def keep_results(args: argparse.Namespace, phase: Phase, result: Path, anchors: 
             data.requests += [{**row, **rate, "repeat": phase.repeat} for row in rows]
             data.duration_s += float(summary.get("duration") or 0.0)
             kept = {k: v for k, v in summary.items() if k not in DETAIL_KEYS}
+            errors, completed = summary.get("errors"), summary.get("completed")
+            if "failed" not in kept and isinstance(errors, list) and isinstance(completed, int):
+                kept["failed"] = len(errors) - completed  # SGLang saves no count: one error entry a request
             tags = {"num_prompts": phase.prompts, "tag": args.label, "repeat": phase.repeat}
             out.write(json.dumps({**kept, **tags, "warmup": phase.repeat == 0}) + "\n")
     raw_requests = result.with_suffix(".requests.jsonl")

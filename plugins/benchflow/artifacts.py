@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from benchflow.hosts import Host
     from benchflow.kinds import ResultKind
 
-ROWS_NAME = "rows.json"  # the parsed rows of a run, strict JSON, for validate and load
+ROWS_NAME = "rows.json"  # the parsed rows of a run, for validate and load: JSON, infinities as ±Infinity
 REPORT_DIR = "report"  # the report DAG's plots
 _RUN_KEY_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -81,7 +81,11 @@ def at(url: str) -> ObjectStoragePath:
 
 
 def write_rows(folder: str, rows: list[dict[str, Any]]) -> None:
-    (at(folder) / ROWS_NAME).write_text(json.dumps(rows, allow_nan=False))
+    """The rows as JSON; an infinite measurement stays one (``Infinity``, which Python's ``json`` reads back);
+    NaN must have become None before (:func:`benchflow.pipeline.stored_rows`)."""
+    if any(isinstance(v, float) and v != v for row in rows for v in row.values()):
+        raise ValueError("rows to store hold NaN: make it None first")
+    (at(folder) / ROWS_NAME).write_text(json.dumps(rows))
 
 
 def write_jsonl(folder: str, name: str, rows: list[dict[str, Any]]) -> None:
@@ -99,18 +103,46 @@ def read_rows(folder: str) -> list[dict[str, Any]]:
 
 
 def read_side_rows(folder: str, kind: ResultKind) -> dict[str, list[dict[str, Any]]]:
-    """Each side table's rows from its JSON-lines file, when the benchmark saved one; a record cut off
-    mid-write is dropped."""
+    """Each side table's rows from its JSON-lines file, when the benchmark saved one; a record that does not read
+    (cut off mid-write, garbled) is left out: :func:`malformed_records` counts them for the run's notes."""
     found: dict[str, list[dict[str, Any]]] = {}
     for side in kind.side_tables:
         path = at(folder) / side.file
-        if not path.exists():
-            continue
-        rows = []
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        found[side.table] = rows
+        if path.exists():
+            found[side.table] = read_jsonl(path.read_text(errors="replace"))[0]
     return found
+
+
+def read_jsonl(text: str) -> tuple[list[dict[str, Any]], list[int]]:
+    """The JSON objects of a JSON-lines text, and the numbers of the lines (from 1) that are not one (blank
+    lines are neither)."""
+    rows: list[dict[str, Any]] = []
+    bad: list[int] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            bad.append(number)
+            continue
+        if isinstance(record, dict):
+            rows.append(record)
+        else:
+            bad.append(number)
+    return rows, bad
+
+
+def malformed_records(folder: str, kind: ResultKind, names: list[str]) -> list[str]:
+    """A note per side file among ``names`` (the fetched ones) with records that do not read: how many, and the
+    first line, e.g. ``requests.jsonl: 2 of 40 records malformed, left out (first at line 7)``."""
+    notes = []
+    for side in kind.side_tables:
+        path = at(folder) / side.file
+        if side.file not in names or not path.exists():
+            continue
+        rows, bad = read_jsonl(path.read_text(errors="replace"))
+        if bad:
+            total = len(rows) + len(bad)
+            notes.append(f"{side.file}: {len(bad)} of {total} records malformed, left out (first at line {bad[0]})")
+    return notes

@@ -3,7 +3,7 @@
 bench validate [SPEC ...]                 check campaign specs; errors by file, line and field
 bench parse FILE [--kind K] [--format F]  tidy rows of a benchmark output as JSON lines
 bench run CAMPAIGN [-v]                   run one campaign through Airflow (dag.test) and print its rows
-bench sql QUERY                           run a read-only query against the results warehouse
+bench sql QUERY [--format F] [--out FILE]  one read statement against the warehouse (text, csv, json, parquet)
 bench compare A B [--point P] [--metric M]  is B better than A? (configs, runs or nights; 95 % intervals)
 bench migrate                             create or update the warehouse's tables and views
 bench pools                               create the Airflow pool of every spec's host (one slot each)
@@ -126,19 +126,58 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
+    """One read statement against the warehouse (the published snapshot, or a read-only PostgreSQL
+    transaction), printed as a table or written as CSV, JSON or Parquet."""
     from benchflow.warehouse import Warehouse
+    from benchflow.warehouse.readonly import RefusedStatement
 
+    if args.format == "parquet" and not args.out:
+        print("bench sql: --format parquet writes a file: give --out FILE", file=sys.stderr)
+        return 2
     configure_airflow()
     try:
         warehouse = Warehouse.from_airflow(read_only=True)
-        frame = warehouse.query(args.query)
+        frame = warehouse.read(args.query)
+    except RefusedStatement as exc:
+        print(f"bench sql: {exc}", file=sys.stderr)
+        print("bench sql is read-only: it runs queries, never changes the warehouse", file=sys.stderr)
+        return 1
     except Exception as exc:  # duckdb's and psycopg's errors share no base class worth naming here
         print(f"bench sql: {exc}", file=sys.stderr)
         if any(word in str(exc).lower() for word in ("read-only", "read only", "operations are disabled")):
             print("bench sql is read-only: it runs queries, never changes the warehouse", file=sys.stderr)
         return 1
-    print(frame.to_string(index=False) if len(frame) else "(no rows)")
+    try:
+        write_frame(frame, args.format, Path(args.out) if args.out else None)
+    except OSError as exc:
+        print(f"bench sql: {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    if args.out:
+        print(f"{args.out}: {len(frame)} rows, {len(frame.columns)} columns ({args.format})", file=sys.stderr)
     return 0
+
+
+SQL_FORMATS = ("text", "csv", "json", "parquet")
+
+
+def write_frame(frame: Any, fmt: str, out: Path | None) -> None:
+    """``text``: the table as printed; ``csv``: a header line, then one line a row (empty for NULL);
+    ``json``: an array of objects (NULL, NaN and infinities as null: strict JSON; times in ISO 8601);
+    ``parquet``: a Parquet file (pyarrow), column types kept. To ``out``, else to stdout."""
+    if fmt == "parquet":
+        assert out is not None
+        frame.to_parquet(out, index=False)
+        return
+    if fmt == "csv":
+        text = frame.to_csv(index=False)
+    elif fmt == "json":
+        text = frame.to_json(orient="records", date_format="iso", force_ascii=False) + "\n"
+    else:
+        text = (frame.to_string(index=False) if len(frame) else "(no rows)") + "\n"
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        out.write_text(text)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -234,8 +273,12 @@ SUBCOMMANDS: list[tuple[str, Callable[[argparse.Namespace], int], str, str, list
         arg("-v", "--verbose", action="store_true", help="show Airflow's logs too (always in a file)"),
     ]),
     ("sql", cmd_sql, "query the results warehouse (read-only)",
-     "Run a read-only query against the results warehouse.", [
-        arg("query", help='SQL, e.g. "SELECT * FROM runs ORDER BY started_at DESC LIMIT 5"'),
+     "Run one read statement (SELECT, WITH, VALUES, TABLE, EXPLAIN, SHOW, DESCRIBE) against the results "
+     "warehouse, where it cannot write: DuckDB's published snapshot, or a read-only PostgreSQL transaction.", [
+        arg("query", help='one read statement, e.g. "SELECT * FROM runs ORDER BY started_at DESC LIMIT 5"'),
+        arg("--format", choices=SQL_FORMATS, default="text",
+            help="text (default), csv, json (an array of objects) or parquet (needs --out)"),
+        arg("--out", metavar="FILE", help="write the result to FILE instead of stdout"),
     ]),
     ("compare", cmd_compare, "compare two configs, runs or nights",
      "Compare side B with side A at every point both have (a concurrency, an M): the ratio of their geometric "

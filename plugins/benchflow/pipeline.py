@@ -9,6 +9,7 @@ are in its folder of the artifact store (:mod:`benchflow.artifacts`); the run's 
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset
 
 from benchflow import artifacts, kinds
-from benchflow.parsing import strict_row
 from benchflow.paths import project_git_sha
 
 if TYPE_CHECKING:
@@ -129,17 +129,44 @@ def parse(
             complete = False
         problems = parsed.problem_lines()
         notes += [f"{name}: {p}" for p in problems] + [f"{name}: {w}" for w in parsed.warnings if w not in problems]
+    if kind.from_side_files is not None and rows:
+        rows = kind.from_side_files(rows, artifacts.read_side_rows(fetched.store, kind))
+    # a side file's record that does not read (requests.jsonl) is data lost: the run is incomplete, and says so
+    if malformed := artifacts.malformed_records(fetched.store, kind, fetched.files):
+        complete = False
+        notes[:0] = malformed
     if context is not None and kind.telemetry is not None and rows:
         rows = add_telemetry(fetched, kind, rows, context, notes)
-    strict = [strict_row(row) for row in rows]
-    rows = [row for row, _ in strict]
-    if non_finite := sum(len(flagged) for _, flagged in strict):
-        notes.append(f"{non_finite} values were NaN or infinite: stored as null")
+    rows, nulled = stored_rows(kind, rows)
+    if nulled:
+        count = sum(nulled.values())
+        columns = ", ".join(f"{column} ({n})" for column, n in sorted(nulled.items()))
+        notes.append(
+            f"{count} {'value was' if count == 1 else 'values were'} NaN (or infinite where no infinity fits): "
+            f"stored as null in {columns}"
+        )
     artifacts.write_rows(fetched.store, rows)
     status = "failed" if not rows else "ok" if complete else "incomplete"
     if not rows:
         notes.insert(0, "no rows")
     return Parsed(fetched.store, status, len(rows), cap_notes(notes), meta)
+
+
+def stored_rows(kind: ResultKind, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The rows as the warehouse stores them: an infinity in a float column is kept (``request_rate = inf``: no
+    limit; a latency that never came), NaN anywhere and an infinity elsewhere (an integer or text column) become
+    None; with the count of values made None per column, for a note that names them."""
+    floats = {c.name for c in kind.columns if c.type == "float"}
+    nulled: dict[str, int] = {}
+    stored = []
+    for row in rows:
+        bad = [
+            k for k, v in row.items() if isinstance(v, float) and (math.isnan(v) or (math.isinf(v) and k not in floats))
+        ]
+        for key in bad:
+            nulled[key] = nulled.get(key, 0) + 1
+        stored.append({k: None if k in bad else v for k, v in row.items()} if bad else row)
+    return stored, nulled
 
 
 def add_telemetry(

@@ -115,8 +115,9 @@ def test_a_good_run_prints_task_lines_progress_and_the_table(env, var_dir):
     assert any(line.startswith("bench_quiet_ok run manual__") and ": success in " in line for line in lines), out
     table = lines.index(next(line for line in lines if line.split()[:4] == ["m", "(tokens)", "ms_per_call", "(ms)"]))
     assert [line.split()[0] for line in lines[table + 1 : table + 5]] == ["1", "2", "4", "8"]
-    assert any(line.startswith("results: ") for line in lines)
     assert "verdict: not judged (manual run)" in lines, out  # never "0 regressions" for a run never judged
+    results = next(line for line in lines if line.startswith("results: "))
+    assert results.startswith(f"results: {var_dir / 'warehouse.snapshot.duckdb'} (read it with bench sql"), out
     artifacts = Path(next(line for line in lines if line.startswith("artifacts: ")).split(": ", 1)[1])
     assert (artifacts / "bench.log").read_text().count("ALL_DONE") == 1  # the run's own fetched log
     assert json.loads((artifacts / "rows.json").read_text())[0]["m"] == 1

@@ -82,3 +82,21 @@ def test_search_arguments_are_checked_before_any_client_runs(capsys):
     with pytest.raises(SystemExit):
         args("--client", "local", "--search", json.dumps(rate))
     assert "needs a client with --request-rate" in capsys.readouterr().err
+
+
+def test_an_sglang_result_without_a_failed_count_gets_one_from_its_errors(tmp_path):
+    """SGLang saves ``completed`` and, with --output-details, one ``errors`` entry per request, but no failed count:
+    the --out record gets ``failed`` = requests - completed (vLLM's own count is kept as it is)."""
+    result = tmp_path / "phase_c8_r1.json"
+    result.write_text(json.dumps({"completed": 2, "duration": 1.0, "errors": ["", "HTTP 503", ""],
+                                  "ttfts": [0.01, 0.0, 0.02], "itls": [[0.001], [], [0.001]]}) + "\n")  # fmt: skip
+    out = tmp_path / "results.jsonl"
+    sweep.keep_results(args("--out", str(out)), sweep.Phase(8, 3, 1), result, {"exited": 0.0})
+    saved = json.loads(out.read_text())
+    assert (saved["completed"], saved["failed"], "errors" in saved) == (2, 1, False)
+    requests = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert [r["ok"] for r in requests] == [True, False, True]
+    vllm = tmp_path / "phase_c8_r2.json"
+    vllm.write_text(json.dumps({"completed": 2, "failed": 0, "duration": 1.0, "errors": ["", "x", ""]}))
+    sweep.keep_results(args("--out", str(out)), sweep.Phase(8, 3, 2), vllm, {"exited": 0.0})
+    assert json.loads(out.read_text().splitlines()[1])["failed"] == 0

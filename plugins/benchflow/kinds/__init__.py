@@ -152,6 +152,11 @@ class ResultKind:
     # (case key as stored, repeats) → the trigger conf that runs only that case, that many times in one run (a
     # bisection probe); None: the kind cannot narrow a run to one case, a bisection passes its own probe conf
     case_conf: Callable[[str, int], dict[str, Any]] | None = None
+    # (rows, side table → its rows as fetched) → the rows with what a format leaves empty and the benchmark's side
+    # files give (serving: ``failed`` of a phase from its requests in requests.jsonl)
+    from_side_files: (
+        Callable[[list[dict[str, Any]], Mapping[str, list[dict[str, Any]]]], list[dict[str, Any]]] | None
+    ) = None
 
     def __post_init__(self) -> None:
         names = self.column_names

@@ -43,7 +43,8 @@ def _results(spec: CampaignSpec, run_id: str, watch: Watch) -> None:
     from benchflow.records import verdict_text
     from benchflow.warehouse import Warehouse, queries
 
-    warehouse = Warehouse.from_airflow()
+    # read what readers read (DuckDB: the published snapshot), never holding the file the loads write
+    warehouse = Warehouse.from_airflow(read_only=True)
     kind = spec.result_kind
     loaded = queries.run_record(warehouse, spec.dag_id, run_id)
     if len(loaded):
@@ -61,6 +62,6 @@ def _results(spec: CampaignSpec, run_id: str, watch: Watch) -> None:
     for found in queries.validity_counts(warehouse, kind, spec.dag_id, run_id).itertuples():
         # stored, but never summarised, a baseline or compared (bench compare --include-noisy)
         watch.say(f"not ok: {found.n} row(s) {found.validity}: {found.reason or 'no reason recorded'}")
-    watch.say(f"results: {warehouse.location} (bench sql, or the Benchmarks view of `make up`)")
+    watch.say(f"results: {warehouse.location} (read it with bench sql, or the Benchmarks view of `make up`)")
     if (folder := artifacts.local_folder(spec.dag_id, run_id)) is not None:
         watch.say(f"artifacts: {folder}")

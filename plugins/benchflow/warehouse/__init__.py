@@ -166,6 +166,24 @@ class Warehouse:
         description = self.hook.last_description or []
         return pd.DataFrame.from_records(rows or [], columns=[d[0] for d in description])
 
+    def read(self, text: str) -> pd.DataFrame:
+        """An analyst's statement (``bench sql``): exactly one of a reading kind (:mod:`.readonly`), run where it
+        cannot write (:meth:`~.hooks.WarehouseHook.read_statement`); a DataFrame. Raises
+        :class:`~.readonly.RefusedStatement` for any other text."""
+        from decimal import Decimal
+
+        import pandas as pd
+
+        from benchflow.warehouse.readonly import check
+
+        columns, rows = self.hook.read_statement(check(text))
+        frame = pd.DataFrame.from_records(rows, columns=columns)
+        for i in range(len(frame.columns)):  # PostgreSQL's numeric (sum, avg of integers): a number, not text
+            values = frame.iloc[:, i].dropna()
+            if len(values) and frame.iloc[:, i].dtype == object and all(isinstance(v, Decimal) for v in values):
+                frame.isetitem(i, frame.iloc[:, i].astype("float64"))
+        return frame
+
     def migrate(self) -> list[str]:
         """Apply pending migrations and (re)create the analyst views; returns what was applied."""
         from benchflow.warehouse.schema import migrate

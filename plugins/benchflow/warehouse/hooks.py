@@ -20,6 +20,52 @@ from airflow.providers.postgres.hooks.postgres import PostgresHook
 
 LOCK_WAIT_S = 300.0
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+# Whether the session's role may write files or run programs on the server (what a read-only transaction allows)
+_MIGHTY_ROLE = (
+    "SELECT current_user, rolsuper OR pg_has_role(current_user, 'pg_write_server_files', 'MEMBER') "
+    "OR pg_has_role(current_user, 'pg_execute_server_program', 'MEMBER') FROM pg_roles WHERE rolname = current_user"
+)
+
+
+class SnapshotNotPublished(RuntimeError):
+    """A DuckDB write was committed but readers cannot see it yet: its snapshot could not be written."""
+
+
+def publish_snapshot(path: Path, snapshot: Path) -> None:
+    """Copy ``path`` to a temporary file beside ``snapshot``, fsync it, rename it over ``snapshot`` and fsync the
+    folder: readers see the old snapshot or the new one, never a part of one, also after a crash. On any error
+    the temporary file is removed (as are those that processes no longer running left behind) and the old
+    snapshot stays."""
+    prefix = f".{snapshot.name}."
+    for stale in snapshot.parent.glob(f"{prefix}*.partial"):
+        pid = stale.name[len(prefix) : -len(".partial")]
+        if pid.isdigit() and not _alive(int(pid)):
+            stale.unlink(missing_ok=True)
+    partial = snapshot.with_name(f"{prefix}{os.getpid()}.partial")
+    try:
+        with path.open("rb") as source, partial.open("wb") as sink:
+            shutil.copyfileobj(source, sink, 1 << 20)
+            sink.flush()
+            os.fsync(sink.fileno())
+        os.replace(partial, snapshot)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    folder = os.open(snapshot.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class WarehouseHook(Protocol):
@@ -46,6 +92,8 @@ class WarehouseHook(Protocol):
     def after_commit(self, con: Any) -> None: ...
 
     def bulk_insert(self, con: Any, table: str, columns: list[str], frame: Any, key: list[Any]) -> None: ...
+
+    def read_statement(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]: ...
 
 
 class DuckDBHook(DbApiHook):
@@ -132,12 +180,41 @@ class DuckDBHook(DbApiHook):
         return con
 
     def after_commit(self, con: Any) -> None:
-        """Publish what was committed for readers: checkpoint, copy, rename (atomic for open readers)."""
+        """Publish what was committed for readers: checkpoint, then :func:`publish_snapshot`. A snapshot that
+        cannot be written (a full disk) raises :class:`SnapshotNotPublished`, which says that the write is
+        committed and what readers see; the previous snapshot stays whole and no partial file is left."""
         con.execute("CHECKPOINT")
         path, snapshot = self.database_path(), self.snapshot_path()
-        partial = snapshot.with_name(f".{snapshot.name}.{os.getpid()}")
-        shutil.copyfile(path, partial)
-        os.replace(partial, snapshot)
+        try:
+            publish_snapshot(path, snapshot)
+        except OSError as exc:
+            raise SnapshotNotPublished(
+                f"the write is committed in {path}, but its snapshot for readers could not be published "
+                f"({exc.strerror or exc}): readers (bench sql, the Benchmarks view) still see the previous "
+                f"snapshot, {snapshot}. Free space there, then `bench migrate` publishes it."
+            ) from exc
+
+    def read_statement(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """One statement of an analyst (``bench sql``): DuckDB's own parser must find exactly one ``SELECT``
+        (``FROM``, ``SHOW``, ``DESCRIBE``, ``SUMMARIZE`` and ``VALUES`` parse as one) or ``EXPLAIN``; it runs on
+        the read-only snapshot, which has no access to other files. (column names, rows)."""
+        import duckdb
+
+        from benchflow.warehouse.readonly import RefusedStatement
+
+        found = duckdb.extract_statements(sql)
+        kinds = [s.type for s in found]
+        if kinds not in ([duckdb.StatementType.SELECT], [duckdb.StatementType.EXPLAIN]):
+            names = ", ".join(k.name for k in kinds) or "none"
+            raise RefusedStatement(f"bench sql runs one SELECT or EXPLAIN; DuckDB reads this text as: {names}")
+        if not self.read_only:
+            raise ValueError("an analyst's statement runs on the published snapshot: open the hook read_only")
+        con = self.get_conn()
+        try:
+            cur = con.execute(sql)
+            return [d[0] for d in cur.description or []], cur.fetchall()
+        finally:
+            con.close()
 
     def bulk_insert(self, con: Any, table: str, columns: list[str], frame: Any, key: list[Any]) -> None:
         """INSERT the frame's ``columns`` after the key ``(dag_id, run_id)``: DuckDB reads the frame in place."""
@@ -199,6 +276,39 @@ class WarehousePostgresHook(PostgresHook):
     def after_commit(self, con: Any) -> None:
         """Readers see a commit at once: nothing to publish."""
 
+    def read_statement(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """One statement of an analyst (``bench sql``), inside a transaction this hook opens ``READ ONLY`` and
+        always rolls back: a first query takes the snapshot (after which ``SET TRANSACTION READ WRITE`` and
+        ``set_config('transaction_read_only', …)`` fail), then the statement goes alone through the extended
+        protocol (``prepare``), which refuses a text of more than one statement, so nothing in it can end the
+        transaction. A read-only transaction does not stop the server-side file functions (``lo_export``,
+        ``COPY … TO PROGRAM``) of a superuser or of a member of ``pg_write_server_files`` /
+        ``pg_execute_server_program``: such a role is refused. (column names, rows)."""
+        from benchflow.warehouse.readonly import RefusedStatement
+
+        con = self.get_conn()
+        try:
+            con.autocommit = False
+            con.read_only = True  # psycopg opens the transaction with BEGIN READ ONLY
+            with con.cursor() as cur:
+                cur.execute(_MIGHTY_ROLE)
+                role, mighty = cur.fetchone()
+                if mighty:
+                    raise RefusedStatement(
+                        f"the warehouse connection logs in as {role!r}, a superuser or a member of "
+                        "pg_write_server_files / pg_execute_server_program, which can write on the database server "
+                        "even from a read; give bench sql a reader role (SELECT grants only: README, 'Reading a "
+                        "PostgreSQL warehouse')"
+                    )
+                cur.execute(sql, prepare=True)
+                columns = [d[0] for d in cur.description or []]
+                rows = cur.fetchall() if cur.description else []
+            return columns, rows
+        finally:
+            with contextlib.suppress(Exception):
+                con.rollback()
+            con.close()
+
     def bulk_insert(self, con: Any, table: str, columns: list[str], frame: Any, key: list[Any]) -> None:
         """``COPY`` the frame into a temporary staging table, then INSERT it after the key columns.
 
@@ -214,7 +324,9 @@ class WarehousePostgresHook(PostgresHook):
             values = frame[column]
             if values.dtype.kind == "f":
                 known = values.dropna()
-                if np.isfinite(known).all() and (known == np.round(known)).all():
+                # past ±2^63 no integer column could hold it: a float column's (a FLOP count of 1.2e20), kept
+                whole = np.isfinite(known).all() and (known == np.round(known)).all()
+                if whole and (known.abs() < 2.0**63).all():
                     frame[column] = values.astype("Int64")
         with tempfile.TemporaryDirectory() as tmp, con.cursor() as cur:
             path = Path(tmp) / "rows.csv"

@@ -269,6 +269,31 @@ SEARCH = SideTable(
 )
 
 
+def failed_from_requests(rows: list[dict[str, Any]], sides: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """``failed`` of each row whose output has none (SGLang's block and record print no failed count) from the
+    phase's requests that the client saved (``requests.jsonl``: SGLang's ``--output-details`` errors, vLLM's
+    detailed result): the requests of its config, load and repeat that did not succeed. Rows of a phase with no
+    saved request keep None."""
+    counts: dict[tuple[Any, ...], int] = {}
+    for request in sides.get(REQUESTS.table) or []:
+        key = _phase_key(request)
+        counts[key] = counts.get(key, 0) + (0 if request.get("ok") else 1)
+    filled = []
+    for row in rows:
+        key = _phase_key(row)
+        if row.get("failed") is None and key in counts:
+            row = {**row, "failed": counts[key]}
+        filled.append(row)
+    return filled
+
+
+def _phase_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A phase: config, concurrency (or, for a request-rate probe without one, its rate), repeat."""
+    rate, repeat = row.get("request_rate"), row.get("repeat")
+    load = row.get("concurrency") if row.get("concurrency") is not None else None if rate is None else float(rate)
+    return row.get("config"), row.get("concurrency") is None, load, 1 if repeat is None else repeat
+
+
 def telemetry(rows: list[dict[str, Any]], run: Any) -> list[dict[str, Any]]:
     """Each row's joules per output token over its phase's steady state, host load and validity; the GPUs of a
     config are its servers' (``gpus`` in the spec), so prefill and decode GPUs are told apart."""
@@ -319,5 +344,6 @@ KIND = ResultKind(
     side_tables=(REQUESTS, SEARCH, *TELEMETRY_TABLES),
     telemetry=telemetry,
     validity="validity",
+    from_side_files=failed_from_requests,
     plots=plots,
 )
