@@ -19,22 +19,39 @@ from airflow.providers.ssh.utils.remote_job import (
     build_posix_wrapper_command,
 )
 
-from benchflow.remote.layout import started_file
+from benchflow.remote.layout import owner_file, started_file
 
 LOG_TAIL_LINES = 20  # lines of a job's log shown when it failed (task errors, bench run)
 
 
-def launch_command(paths: RemoteJobPaths, command: str, cwd: str, env: Mapping[str, str] | None = None) -> str:
-    """Start ``command`` detached in ``cwd``; print the job's pid once its pid file exists."""
+def launch_command(
+    paths: RemoteJobPaths, command: str, cwd: str, env: Mapping[str, str] | None = None, run_id: str | None = None
+) -> str:
+    """Start ``command`` detached in ``cwd``; print the job's pid once its pid file exists. ``run_id`` (the exact
+    Airflow run id) is written into the job's folder first, so that a later launch can tell whose job it finds."""
     # A subshell, so that the wrapper's log redirection covers all of a compound command and an
     # ``exit`` in it ends the command, not the wrapper (which must still write the exit code).
     wrapped = build_posix_wrapper_command(f"( cd {shlex.quote(cwd)} && {command} )", paths, dict(env or {}))
     pid = shlex.quote(paths.pid_file)
     # The launch time lives on the host, so a wait that resumes anywhere measures from the same instant.
     started = f"mkdir -p {shlex.quote(paths.job_dir)} && date +%s > {shlex.quote(started_file(paths))}\n"
+    if run_id is not None:
+        started += f"printf '%s\\n' {shlex.quote(run_id)} > {shlex.quote(owner_file(paths))}\n"
     # The provider's wrapper writes the pid asynchronously; wait for it so that every later check
     # (and a re-attach after a crash of the worker) can rely on it.
     return started + wrapped + f"for _ in $(seq 100); do test -s {pid} && break; sleep 0.05; done\ncat {pid}\n"
+
+
+def owner_command(paths: RemoteJobPaths) -> str:
+    """Print ``owner=`` and the run id in the job's folder (empty when no run id was written there)."""
+    return f"printf 'owner='; head -c 4096 {shlex.quote(owner_file(paths))} 2>/dev/null || true"
+
+
+def parse_owner(stdout: str) -> str:
+    """The run id :func:`owner_command` printed ('' when none)."""
+    if not stdout.startswith("owner="):
+        raise ValueError(f"unexpected owner output: {stdout[:200]!r}")
+    return stdout.removeprefix("owner=").removesuffix("\n")
 
 
 def status_command(paths: RemoteJobPaths, marker: str) -> str:
