@@ -22,6 +22,9 @@ from airflow.providers.ssh.utils.remote_job import (
 from benchflow.remote.layout import owner_file, started_file
 
 LOG_TAIL_LINES = 20  # lines of a job's log shown when it failed (task errors, bench run)
+READ_BYTES = 65536  # what one status check or log tail reads of a job's log on the host, from its end
+LINE_BYTES = 1000  # what a status check or log tail keeps of one line: a line without newline is not copied whole
+STREAM_LINE_BYTES = 4096  # what the wait's log stream keeps of one line
 
 
 def launch_command(
@@ -69,7 +72,7 @@ def status_command(paths: RemoteJobPaths, marker: str) -> str:
         f'if grep -qxF -- {q(marker)} "$log" 2>/dev/null; then marker=1; else marker=0; fi\n'
         's=$(cat "$st" 2>/dev/null || true); elapsed=; [ -n "$s" ] && elapsed=$(( $(date +%s) - s ))\n'
         'printf "marker=%s exit=%s alive=%s pid=%s elapsed=%s\\n" "$marker" "$code" "$alive" "$p" "$elapsed"\n'
-        'tail -n 1 "$log" 2>/dev/null || true\n'
+        f'tail -c {READ_BYTES} "$log" 2>/dev/null | tail -n 1 | head -c {LINE_BYTES}; true\n'
     )
 
 
@@ -139,7 +142,9 @@ def progress_line(status: JobStatus, check: int) -> str:
 
 
 def tail_command(path: str, lines: int = LOG_TAIL_LINES) -> str:
-    return f"tail -n {int(lines)} {shlex.quote(path)} 2>/dev/null || true"
+    """The last ``lines`` lines of a log, of its last :data:`READ_BYTES` bytes only, each cut at :data:`LINE_BYTES`
+    (a benchmark that writes one endless line without a newline must not be copied whole into a task's error)."""
+    return f"tail -c {READ_BYTES} {shlex.quote(path)} 2>/dev/null | tail -n {int(lines)} | cut -b 1-{LINE_BYTES}; true"
 
 
 def wait_exit_command(paths: RemoteJobPaths, seconds: float) -> str:
@@ -203,6 +208,12 @@ def server_command(command: str, python: str, port: int, extra: str = "", numa_n
 
 def follow_command(paths: RemoteJobPaths, from_line: int) -> str:
     """Stream a job's log from line ``from_line`` (1-based) as it grows; ends once the job's leader has exited
-    (``--pid``), so no ``tail`` outlives its benchmark on the host."""
+    (``--pid``), so no ``tail`` outlives its benchmark on the host. Each line is cut on the host at
+    :data:`STREAM_LINE_BYTES` (``cut`` streams: a line without newline never sits whole in memory, here or there),
+    line-buffered where ``stdbuf`` exists."""
     pid = f'"$(cat {shlex.quote(paths.pid_file)} 2>/dev/null || echo 1)"'
-    return f"exec tail -n +{int(from_line)} -F --pid={pid} {shlex.quote(paths.log_file)} 2>/dev/null"
+    cut = f"cut -b 1-{STREAM_LINE_BYTES}"
+    return (
+        f"buf=; command -v stdbuf >/dev/null 2>&1 && buf='stdbuf -oL'\n"
+        f"tail -n +{int(from_line)} -F --pid={pid} {shlex.quote(paths.log_file)} 2>/dev/null | exec $buf {cut}"
+    )

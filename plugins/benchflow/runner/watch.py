@@ -22,6 +22,7 @@ DAG_TEST_START = re.compile(r"\[DAG TEST\] starting task_id=(\S+)")
 ERROR_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Timeout|Exit)\w*): (.+)")
 TIMESTAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
 PLAIN_EVERY_S = 2.0  # piped output: at most one progress line per this many seconds
+READ_CHUNK = 4 << 20  # what one look reads of the run's log file; a longer line without newline is skipped
 
 
 def log_path(dag_id: str, when: datetime) -> Path:
@@ -87,12 +88,15 @@ class Watch:
         try:
             with self.log_file.open("rb") as handle:
                 handle.seek(self.offset)
-                chunk = handle.read()
+                chunk = handle.read(READ_CHUNK)
         except OSError:
             return
         cut = chunk.rfind(b"\n") + 1
+        if not cut and len(chunk) == READ_CHUNK:  # one line longer than a look: skip it, never re-read it whole
+            self.offset += len(chunk)
+            return
         self.offset += cut
-        for raw in chunk[:cut].decode(errors="replace").splitlines():
+        for raw in chunk[:cut].decode(errors="replace").split("\n"):  # not splitlines: a bar's \r stays in its line
             if found := DAG_TEST_START.search(raw):
                 self.current, self.current_began = found.group(1), time.monotonic()
                 self.newest = self.check = ""
@@ -101,11 +105,10 @@ class Watch:
                     view.shown_start = True
                     self.say(f"{clock()}  start   {self.current}")
             elif found := BENCH_LINE.search(raw):
-                self.newest = found.group(1).strip()
+                self.newest = progress_text(found.group(1)) or self.newest
             elif found := CHECK_LINE.search(raw):
                 self.check = f"check {found.group(1)}, pid {found.group(3)}"
-                if found.group(4).strip():
-                    self.newest = found.group(4).strip()
+                self.newest = progress_text(found.group(4)) or self.newest
 
     def update(self, rows: list[tuple[str, str | None, Any, Any]]) -> None:
         for task_id, state, start, end in rows:
@@ -137,6 +140,20 @@ class Watch:
             self.out.write(text + "\n")
             self.out.flush()
             self.last_plain, self.last_plain_text = time.monotonic(), self.newest
+
+
+WARNING_LINE = re.compile(
+    r"\b(warn(ing)?s?|\w+Warning|deprecat\w*)\b|^\s*warnings\.warn\(|^\s*(\^+|~+)\s*$", re.IGNORECASE
+)
+
+
+def progress_text(line: str) -> str:
+    """What of a benchmark's log line may stand for its progress: the last frame of a progress bar (``\\r``
+    redraws), not a warning of the client (``FutureWarning: ...``, ``WARNING ...``, the source line under it);
+    '' when the line is none of its progress."""
+    frames = [part.strip() for part in line.replace("\\r", "\r").split("\r")]
+    text = next((part for part in reversed(frames) if part), "")
+    return "" if WARNING_LINE.search(text) else text
 
 
 def clock(at: Any = None) -> str:
