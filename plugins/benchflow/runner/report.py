@@ -4,10 +4,11 @@ rows in the warehouse, and where its results, artifacts and logs are."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchflow.runner.watch import Watch, failure_of, last_error
+from benchflow.runner.watch import TaskView, Watch, _as_dt, failure_of, last_error
 
 if TYPE_CHECKING:
     from benchflow.spec import CampaignSpec
@@ -27,13 +28,25 @@ def report(spec: CampaignSpec, run_id: str, result_file: Path, logs: Path, watch
         return 1
     state = result.get("state", "unknown")
     watch.say(f"\n{spec.dag_id} run {run_id}: {state} in {took:.1f} s")
-    failed = sorted((v.start is None, str(v.start or ""), t) for t, v in watch.tasks.items() if v.state == "failed")
-    for _, _, task_id in failed:  # in the order they ran: the cause first, the verdict last
+    failed = [t for t, v in watch.tasks.items() if v.state == "failed"]
+    for task_id in sorted(failed, key=lambda t: _order(t, watch.tasks[t])):  # the cause first, the verdict last
         error = failure_of(logs, task_id) or "(no error line found; see the log)"
         watch.say(f"failed task: {task_id}: {error}")
     _results(spec, run_id, watch)
     watch.say(f"Airflow logs: {logs}")
     return 0 if state == "success" else 1
+
+
+VERDICT = "verdict"  # fails when an earlier task did: a consequence, listed after every cause
+
+
+def _order(task_id: str, view: TaskView) -> tuple[bool, bool, datetime, str]:
+    """The order failed tasks are listed in: as they started (as times, not text), the verdict last."""
+    try:
+        began = _as_dt(view.start)
+    except (TypeError, ValueError):
+        began = datetime.max.replace(tzinfo=UTC)
+    return task_id == VERDICT, view.start is None, began, task_id
 
 
 def _results(spec: CampaignSpec, run_id: str, watch: Watch) -> None:

@@ -171,8 +171,9 @@ def _columns() -> int:
 
 
 def failure_of(log_file: Path, task_id: str, tail: int = 6) -> str:
-    """The exception a failed task ended with: the lines after its traceback's last frame (the message, and
-    what the message carries, e.g. the benchmark's last log lines, the last ``tail`` of them)."""
+    """The exception a failed task ended with: its message (the line that names the exception, and the last
+    ``tail`` of the lines it carries, e.g. the benchmark's last log lines), read from the traceback Airflow logged
+    after "Task failed with exception" (:func:`exception_of`)."""
     try:
         text = log_file.read_text(errors="replace")
     except OSError:
@@ -191,14 +192,52 @@ def failure_of(log_file: Path, task_id: str, tail: int = 6) -> str:
         if TIMESTAMPED.match(line):
             break
         block.append(line)
-    frames = [i for i, line in enumerate(block) if line[:1].isspace()]
-    message = [line for line in block[(frames[-1] + 1) if frames else 0 :] if line.strip()]
+    message = exception_of(block)
     if not message:
         return ""
     head = re.sub(r"^[\w.]+\.(\w+(?:Error|Exception|Timeout\w*)): ", r"\1: ", message[0])
-    rest = message[1:]
-    lines = [head[:600]] + [f"    {line[:300]}" for line in rest[-tail:]]
+    rest = [line for line in message[1:] if line.strip()]
+    shown = rest[-tail:]
+    cause = next((line for line in reversed(rest[:-tail]) if ERROR_LINE.search(line)), None) if rest else None
+    lines = [head[:600]] + ([f"    ... {cause.strip()[:300]}"] if cause else []) + [f"    {x[:300]}" for x in shown]
     return "\n".join(lines)
+
+
+CHAINED = (
+    "The above exception was the direct cause of the following exception:",
+    "During handling of the above exception, another exception occurred:",
+)
+
+
+def exception_of(block: list[str]) -> list[str]:
+    """The last exception of a Python traceback: the line that names it and every line of its message.
+
+    The frames (``  File ...`` and the indented source and ``^^^`` lines under each) end at the first line that is
+    not indented: that line names the exception, and what follows is its message, however it is indented (a GPU
+    list, a benchmark's log lines), up to a chained traceback (``The above exception ...``), after which the same
+    is read again."""
+    found: list[str] = []
+    i = 0
+    while i < len(block):
+        if block[i].startswith("Traceback (most recent call last):"):
+            i += 1
+            while i < len(block) and (block[i][:1].isspace() or not block[i].strip()):
+                i += 1
+            if i >= len(block):
+                break
+            found = [block[i]]
+            i += 1
+            while i < len(block):
+                if block[i].strip() in CHAINED and i + 2 < len(block) and block[i + 2].startswith("Traceback ("):
+                    i += 2
+                    break
+                found.append(block[i])
+                i += 1
+            continue
+        i += 1
+    if not found and block:  # no traceback: the block is the message
+        found = [line for line in block if line.strip()]
+    return found
 
 
 def last_error(logs: Path) -> str:
