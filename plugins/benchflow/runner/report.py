@@ -37,6 +37,7 @@ def report(spec: CampaignSpec, run_id: str, result_file: Path, logs: Path, watch
     return 0 if state == "success" else 1
 
 
+SHOWN_ROWS = 50  # rows of the run printed; past them a line says how many more there are
 VERDICT = "verdict"  # fails when an earlier task did: a consequence, listed after every cause
 
 
@@ -60,8 +61,15 @@ def _results(spec: CampaignSpec, run_id: str, watch: Watch) -> None:
         first = loaded.iloc[0]
         detail = f": {first['detail']}" if first["detail"] else ""
         watch.say(f"warehouse status: {first['status']} ({first['rows_loaded']} rows){detail}")
-    rows = kind.present(queries.shown_rows(warehouse, kind, spec.dag_id, run_id))
-    watch.say(rows.to_string(index=False) if len(rows) else "(no rows loaded)")
+    rows = kind.present(queries.shown_rows(warehouse, kind, spec.dag_id, run_id, limit=SHOWN_ROWS + 1))
+    if len(rows) > SHOWN_ROWS:
+        total = queries.run_row_count(warehouse, kind, spec.dag_id, run_id)
+        watch.say(rows.head(SHOWN_ROWS).to_string(index=False))
+        watch.say(
+            f"... {total - SHOWN_ROWS} more rows ({total} in all; the first {SHOWN_ROWS} shown): bench sql has them"
+        )
+    else:
+        watch.say(rows.to_string(index=False) if len(rows) else "(no rows loaded)")
     watch.say(f"results: {warehouse.location} (bench sql, or the Benchmarks view of `make up`)")
     if (folder := artifacts.local_folder(spec.dag_id, run_id)) is not None:
         watch.say(f"artifacts: {folder}")

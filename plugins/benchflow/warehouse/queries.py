@@ -36,19 +36,37 @@ def run_gpu_model(w: Warehouse, dag_id: str, run_id: str) -> str:
     return str(found["gpu_model"].iloc[0]) if len(found) else "none"
 
 
-def run_rows(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str, columns: tuple[str, ...] = ()) -> pd.DataFrame:
-    """A run's rows of ``kind`` in key order: ``columns`` (default: every column the kind declares)."""
+def run_rows(
+    w: Warehouse,
+    kind: ResultKind,
+    dag_id: str,
+    run_id: str,
+    columns: tuple[str, ...] = (),
+    limit: int | None = None,
+) -> pd.DataFrame:
+    """A run's rows of ``kind`` in key order: ``columns`` (default: every column the kind declares); the first
+    ``limit`` of them when given."""
     p = w.p
     chosen = ", ".join(columns or kind.column_names)
+    bound = f" LIMIT {int(limit)}" if limit is not None else ""
     return w.query(
-        f"SELECT {chosen} FROM {kind.table} WHERE dag_id = {p} AND run_id = {p} ORDER BY {kindsql.order_sql(kind)}",
+        f"SELECT {chosen} FROM {kind.table} WHERE dag_id = {p} AND run_id = {p} "
+        f"ORDER BY {kindsql.order_sql(kind)}{bound}",
         [dag_id, run_id],
     )
 
 
-def shown_rows(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str) -> pd.DataFrame:
-    """The columns of a run that its table shows (``bench run``, the Benchmarks view)."""
-    return run_rows(w, kind, dag_id, run_id, kind.shown)
+def run_row_count(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str) -> int:
+    """How many rows of ``kind`` a run has."""
+    p = w.p
+    frame = w.query(f"SELECT count(*) AS n FROM {kind.table} WHERE dag_id = {p} AND run_id = {p}", [dag_id, run_id])
+    return int(frame["n"].iloc[0])
+
+
+def shown_rows(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str, limit: int | None = None) -> pd.DataFrame:
+    """The columns of a run that its table shows (``bench run``, the Benchmarks view); its first ``limit`` rows
+    in key order when given."""
+    return run_rows(w, kind, dag_id, run_id, kind.shown, limit)
 
 
 # -- campaigns -------------------------------------------------------------------------------------------
