@@ -1,16 +1,19 @@
 """The Airflow plugin of the Benchmarks view: :mod:`benchflow.ui`'s FastAPI app on the api-server at
 ``/benchmarks`` and a "Benchmarks" entry in the UI's navigation that shows it. Imports only FastAPI here;
-pandas and the warehouse are imported by the handlers."""
+pandas and the warehouse are imported by the handlers. It also registers :mod:`benchflow.pool_listener`, which
+creates a run's missing host pool when the scheduler starts the run."""
 
 from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
+from benchflow import pool_listener
 from benchflow.ui import app
 
 
 class BenchflowUIPlugin(AirflowPlugin):
     name = "benchflow_ui"
+    listeners = [pool_listener]  # noqa: RUF012
     fastapi_apps = [{"app": app, "url_prefix": "/benchmarks", "name": "Benchmarks"}]  # noqa: RUF012
     external_views = [  # noqa: RUF012
         {
