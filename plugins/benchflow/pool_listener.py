@@ -4,8 +4,8 @@ Every task that touches a host runs in its pool ``bench_host_<host>`` (one slot)
 task whose pool does not exist: it logs "Tasks using non-existent pool" and the run stays "running" until its
 timeout, hours later. ``bench pools`` (and ``bench up``, ``bench run``) create the pools of every spec ahead; for
 a spec added since (a new host), this listener creates the missing pool with one slot when the scheduler starts
-the run, in the scheduler's own transaction, and logs that it did. The UI plugin registers it
-(``plugins/benchflow_ui_plugin.py``), so every scheduler that loads the project's plugins does this.
+the run, in the scheduler's own transaction (committed with the run's start), and logs that it did. The UI plugin
+registers it (``plugins/benchflow_ui_plugin.py``), so every scheduler that loads the project's plugins does this.
 """
 
 from __future__ import annotations
@@ -51,19 +51,16 @@ def _create(session: Any, dag_run: Any, dag: Any) -> list[str]:
     created = []
     for name in missing_pools(dag, existing):
         host = name.removeprefix(POOL_PREFIX)
-        try:
-            with session.begin_nested():  # a savepoint: a race with another scheduler never breaks this one's work
-                session.add(
-                    Pool(
-                        pool=name,
-                        slots=1,
-                        description=f"one benchmark campaign at a time on host {host} (made for {dag_run.run_id})",
-                        include_deferred=False,
-                    )
-                )
-        except Exception as exc:  # another scheduler made it first, or the database refused: it says why
-            log.warning("could not create the pool %s for %s: %s", name, dag_run.dag_id, exc)
-            continue
+        # No savepoint and no commit here: the scheduler's loop forbids commits but its own (a savepoint's release
+        # counts as one), so the pool is written with the run's start.
+        session.add(
+            Pool(
+                pool=name,
+                slots=1,
+                description=f"one benchmark campaign at a time on host {host} (made for {dag_run.run_id})",
+                include_deferred=False,
+            )
+        )
         created.append(name)
         log.warning(
             "pool %s did not exist: created it with 1 slot for run %s of %s (`bench pools` creates the pools of "

@@ -73,3 +73,23 @@ def test_an_existing_pool_is_left_as_its_operators_set_it(airflow_db, tmp_path):
     run.dag = build_dag(spec_for(tmp_path, host))
     run.notify_dagrun_state_changed(msg="started")
     assert pool_slots(host_pool(host)) == 3
+
+
+def test_in_the_schedulers_transaction_the_pool_is_written_with_its_commit(airflow_db, tmp_path):
+    """The scheduler starts runs in a session that forbids any commit but its own (HA locks): the pool is added
+    to that session, and exists once the scheduler commits."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from airflow.utils.sqlalchemy import prohibit_commit
+    from airflow.utils.state import DagRunState
+
+    host = f"gpu_sched_{time.time_ns()}"
+    dag = build_dag(spec_for(tmp_path, host))
+    with create_session() as session, prohibit_commit(session) as guard:
+        run = DagRun(dag_id=dag.dag_id, run_id=f"manual__{host}", run_type="manual", state=DagRunState.QUEUED)
+        session.add(run)
+        run.dag = dag
+        run.state = DagRunState.RUNNING
+        run.notify_dagrun_state_changed(msg="started")
+        guard.commit()
+    assert pool_slots(host_pool(host)) == 1
