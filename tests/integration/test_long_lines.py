@@ -16,7 +16,7 @@ import pytest
 from benchflow.hosts import get_host
 from benchflow.operators import DoneMarkerSensor
 from benchflow.remote import jobs, layout
-from benchflow.runner.watch import READ_CHUNK, Watch
+from benchflow.runner.watch import READ_CHUNK, Watch, echo
 from benchflow.triggers import DoneMarkerTrigger
 
 pytestmark = pytest.mark.integration
@@ -112,3 +112,7 @@ def test_bench_runs_watcher_skips_a_line_longer_than_one_look(tmp_path):
         watch.read_log()
     assert watch.offset == log.stat().st_size  # read once, in bounded looks, never again from its start
     assert watch.current == "wait_done"
+    shown, offset = io.StringIO(), 0
+    for _ in range(5):  # bench run -v echoes the log: the line's start once, cut
+        offset = echo(log, offset, shown, watch)
+    assert offset == log.stat().st_size and len(shown.getvalue()) < 3 * 1100, len(shown.getvalue())

@@ -255,10 +255,15 @@ def echo(logs: Path, offset: int, out: IO[str], watch: Watch) -> int:
     try:
         with logs.open("rb") as handle:
             handle.seek(offset)
-            chunk = handle.read()
+            chunk = handle.read(READ_CHUNK)
     except OSError:
         return offset
     cut = chunk.rfind(b"\n") + 1
+    if not cut and len(chunk) == READ_CHUNK:  # a line longer than a look: its start, once, never re-read whole
+        chunk, cut = chunk[:1000] + b" ...(line cut)\n", len(chunk)
+        out.write(chunk.decode(errors="replace"))
+        out.flush()
+        return offset + cut
     if cut:
         if watch.progress_shown and watch.tty:
             out.write("\r\033[K")
