@@ -1,6 +1,7 @@
 """Where a run's files live: one store that every worker reads (Airflow's ``ObjectStoragePath``), one folder per
-run named by its run key, and the files in it (the fetched logs and results, the parsed rows, the report's
-plots). Fetch, parse, validate, load, the report DAG and ``bench run`` all find a run's files through here.
+run named by its run key (:func:`run_key`: one folder per run id), and the files in it (the fetched logs and
+results, the parsed rows, the report's plots). Fetch, parse, validate, load, the report DAG and ``bench run``
+all find a run's files through here.
 
 The store is ``BENCH_ARTIFACTS_URL`` (e.g. ``s3://bench-artifacts`` with an ``aws_default`` connection), else
 ``file://<var>/artifacts``. A run's folder is ``<store>/<dag key>/<run key>``; the host keeps the same keys for
@@ -9,6 +10,7 @@ its run directory (:mod:`benchflow.remote.layout`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -28,14 +30,27 @@ if TYPE_CHECKING:
 ROWS_NAME = "rows.json"  # the parsed rows of a run, for validate and load: JSON, infinities as ±Infinity
 REPORT_DIR = "report"  # the report DAG's plots
 _RUN_KEY_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_DAG_KEY_SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+KEY_HASH_CHARS = 16  # hex digits of sha256 in a run key: 64 bits, no two run ids of a campaign meet
+KEY_PREFIX_CHARS = 80  # the readable part of a run key
 
 
 def run_key(run_id: str) -> str:
-    """A path-safe name for an Airflow run id (``manual__2026-11-29T21:14:22+00:00`` has ':' and '+')."""
-    key = _RUN_KEY_UNSAFE.sub("_", run_id).strip(".")
-    if not key:
-        raise ValueError(f"run id {run_id!r} has no usable characters")
-    return key
+    """A path-safe name for an Airflow run id, one per run id: a readable prefix (the run id with every character
+    but letters, digits, ``.``, ``_`` and ``-`` as ``_``), ``-``, and 16 hex digits of the sha256 of the exact
+    run id. ``coll:1`` and ``coll_1`` (both valid run ids) share the prefix, never the key, so they never share a
+    run directory, a lease owner or an artifact folder."""
+    if not run_id:
+        raise ValueError("run id is empty")
+    digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:KEY_HASH_CHARS]
+    prefix = _RUN_KEY_UNSAFE.sub("_", run_id)[:KEY_PREFIX_CHARS].strip(".") or "run"
+    return f"{prefix}-{digest}"
+
+
+def dag_key(dag_id: str) -> str:
+    """A DAG id as a path part: the id itself when it is ASCII letters, digits, ``.``, ``_``, ``-`` not led by a
+    dot (every ``bench_<name>``), else hashed like a run key (Airflow allows any Unicode letter)."""
+    return dag_id if _DAG_KEY_SAFE.fullmatch(dag_id) else run_key(dag_id)
 
 
 def root() -> str:
@@ -46,7 +61,7 @@ def store(dag_id: str, run_id: str, create: bool = True) -> ObjectStoragePath:
     """The run's folder in the store (created unless ``create`` is false)."""
     from airflow.sdk import ObjectStoragePath
 
-    path = ObjectStoragePath(root()) / run_key(dag_id) / run_key(run_id)
+    path = ObjectStoragePath(root()) / dag_key(dag_id) / run_key(run_id)
     if create:
         path.mkdir(parents=True, exist_ok=True)
     return path
@@ -57,7 +72,7 @@ def local_folder(dag_id: str, run_id: str) -> Path | None:
     location = root()
     if not location.startswith("file://"):
         return None
-    folder = Path(location.removeprefix("file://")) / run_key(dag_id) / run_key(run_id)
+    folder = Path(location.removeprefix("file://")) / dag_key(dag_id) / run_key(run_id)
     return folder if folder.is_dir() else None
 
 

@@ -540,6 +540,7 @@ def _pids(paths: Paths) -> dict[str, int]:
 
 
 def _down(paths: Paths, grace_s: float, out: Any) -> list[str]:
+    state = read_state(paths) or {}
     pids = _pids(paths)
     if not pids:
         print("not running (no var/local-airflow/stack.json)", file=out)
@@ -560,9 +561,27 @@ def _down(paths: Paths, grace_s: float, out: Any) -> list[str]:
                 pass
     for component in pids:
         (paths.home / f"{component}.pid").unlink(missing_ok=True)
-    paths.state.unlink(missing_ok=True)
     print(f"stopped {', '.join(f'{c} ({pid})' for c, pid in pids.items())}", file=out)
+    _end_runs(paths, state, out)
+    paths.state.unlink(missing_ok=True)
     return list(pids)
+
+
+def _end_runs(paths: Paths, state: dict[str, Any], out: Any, timeout: float = 600) -> None:
+    """With nothing of the stack left to finish them, end the runs still going (:mod:`benchflow.runner.abandon`):
+    their benchmarks stopped, services restored, hosts released, the runs marked failed."""
+    db = state.get("db") or metadata_db()[0]  # the stack's state file lost: this checkout's recorded DB
+    env = environment(paths, db, int(state.get("port", DEFAULT_PORT)))
+    command = [sys.executable, "-m", "benchflow.runner.abandon"]
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"ending the runs still going took over {timeout:.0f} s: see their hosts", file=out)
+        return
+    if done.stdout:
+        print(done.stdout.rstrip("\n"), file=out)
+    if done.returncode != 0:
+        print(f"ending the runs still going failed (exit {done.returncode}): {done.stderr[-2000:]}", file=out)
 
 
 def _group_alive(pgid: int) -> bool:

@@ -69,6 +69,18 @@ class HostOperator(BaseOperator):
         """One round trip for a job's exit code, liveness, marker and newest log line."""
         return jobs.parse_status(self.host.check(jobs.status_command(paths, marker), 60, "status").stdout)
 
+    def claim(self, paths: RemoteJobPaths, run_id: str) -> None:
+        """Before re-attaching to a job found in this run's directory: it must be this exact run's (the run id
+        written in its folder at launch), else fail naming both, and launch nothing."""
+        owner = jobs.parse_owner(self.host.check(jobs.owner_command(paths), 60, "read the job's run id").stdout)
+        if owner != run_id:
+            found = f"run {owner!r}" if owner else "no run id (launched by another version, or by hand)"
+            raise AirflowFailException(
+                f"refusing to re-attach: the job in {paths.job_dir} on host {self.host_id!r} belongs to {found}, "
+                f"not to this run {run_id!r}; its numbers would be stored as this run's. Remove that folder "
+                "(or clear the other run) and retry."
+            )
+
     def log_tail(self, paths: RemoteJobPaths, lines: int = LOG_TAIL_LINES) -> str:
         return self.host.run(jobs.tail_command(paths.log_file, lines), timeout=60).stdout
 
@@ -287,6 +299,7 @@ class LaunchBenchmarkOperator(HostOperator):
         paths = self.job(context)
         status = self.status(paths, self.marker)
         if status.alive or status.exit_code is not None:
+            self.claim(paths, context["run_id"])
             self.log.info("job of this run already exists (pid %s, exit %s): attaching", status.pid, status.exit_code)
             return {"pid": status.pid, "attached": True}
         rundir = self.rundir(context)
@@ -295,7 +308,9 @@ class LaunchBenchmarkOperator(HostOperator):
             self.host.python, self.script, args, f"{rundir}/{self.output_file}", self.marker
         )
         self.log.info("launching on %s: %s", self.host_id, command)
-        launch = jobs.launch_command(paths, command, cwd=f"{rundir}/payload", env={"PYTHONUNBUFFERED": "1"})
+        launch = jobs.launch_command(
+            paths, command, cwd=f"{rundir}/payload", env={"PYTHONUNBUFFERED": "1"}, run_id=context["run_id"]
+        )
         pid = jobs.parse_pid(self.host.check(launch, timeout=60, what="launch benchmark").stdout)
         self.log.info("benchmark running as process group %s; log %s", pid, paths.log_file)
         return {"pid": pid, "attached": False}
@@ -332,6 +347,7 @@ class LaunchServersOperator(ServersOperator):
             paths = self.job(context, name)
             status = self.status(paths)
             if status.alive:
+                self.claim(paths, context["run_id"])
                 self.log.info("%s already running (pid %s): attaching", name, status.pid)
                 pids[name] = status.pid or 0
                 continue
@@ -339,7 +355,7 @@ class LaunchServersOperator(ServersOperator):
             command = jobs.server_command(server.command, self.host.python, server.port, words, server.numa_node)
             env = {"PYTHONUNBUFFERED": "1"} | server.env()
             self.log.info("launching %s on %s (env %s): %s", name, self.host_id, env, command)
-            launch = jobs.launch_command(paths, command, cwd=f"{rundir}/payload", env=env)
+            launch = jobs.launch_command(paths, command, cwd=f"{rundir}/payload", env=env, run_id=context["run_id"])
             pids[name] = jobs.parse_pid(self.host.check(launch, timeout=60, what=f"launch {name}").stdout)
         return pids
 
@@ -547,13 +563,16 @@ class LaunchSamplerOperator(HostOperator):
             note = sampler.none_command(paths.job_dir, "no GPU on the host (preflight found no nvidia-smi)")
             self.host.check(note, timeout=60, what="note that the host has no GPUs")
             return {"sampler": "none"}
-        if self.status(paths).alive:
-            return {"sampler": "attached", "pid": self.status(paths).pid}
+        if (running := self.status(paths)).alive:
+            self.claim(paths, context["run_id"])
+            return {"sampler": "attached", "pid": running.pid}
         ready = f"{paths.job_dir}/ready"
         script = f"{rundir}/payload/telemetry/sampler.py"
         out = paths.job_dir
         command = sampler.sampler_command(self.host.python, script, out, self.period_ms, self.max_bytes, ready)
-        launch = jobs.launch_command(paths, f"exec {command}", cwd=rundir, env={"PYTHONUNBUFFERED": "1"})
+        launch = jobs.launch_command(
+            paths, f"exec {command}", cwd=rundir, env={"PYTHONUNBUFFERED": "1"}, run_id=context["run_id"]
+        )
         pid = jobs.parse_pid(self.host.check(launch, timeout=60, what="launch the telemetry sampler").stdout)
         if self.host.run(sampler.wait_ready_command(ready, 30), 60).rc != 0:
             self.log.warning("the sampler wrote no samples within 30 s; last lines:\n%s", self.log_tail(paths))

@@ -14,8 +14,9 @@ from benchflow.remote import gpus
 pytestmark = pytest.mark.integration
 
 
-def stand_in(tmp_path, monkeypatch, used: str, procs: str) -> None:
-    """An nvidia-smi that prints what the real one prints for these queries (csv, noheader, nounits)."""
+def stand_in(tmp_path, monkeypatch, used: str, procs: str, code: int = 0) -> None:
+    """An nvidia-smi that prints what the real one prints for these queries (csv, noheader, nounits), and exits
+    with ``code``."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     script = bin_dir / "nvidia-smi"
@@ -26,6 +27,7 @@ def stand_in(tmp_path, monkeypatch, used: str, procs: str) -> None:
           *--query-gpu=index,memory.used*) printf '{used}' ;;
           *--query-compute-apps*) printf '{procs}' ;;
         esac
+        exit {code}
         """)
     )
     script.chmod(0o755)
@@ -58,6 +60,31 @@ def test_a_host_without_gpus_skips_and_says_so(monkeypatch, capfd):
     assert "has no GPUs (no nvidia-smi): nothing to wait for" in "".join(capfd.readouterr())
 
 
-def test_unreadable_values_are_skipped_not_fatal():
-    state = gpus.parse_state("gpu=0, [N/A]\ngpu=1, 10\nproc=12, x, [N/A]\n")
-    assert state.used_mib == {1: 10.0} and state.processes == [] and state.busy(1024) == []
+def test_a_gpu_that_does_not_report_its_memory_is_not_judged_its_process_still_counts():
+    state = gpus.parse_state("gpu=0, [N/A]\ngpu=1, 10\ngpu_rc=0\nproc=12, x, [N/A]\nproc=\nproc_rc=0\n")
+    assert state.used_mib == {1: 10.0} and [p.pid for p in state.processes] == [12]
+    assert state.busy(1024) == ["process 12 (x) holds GPU memory (amount not reported)"]
+    assert gpus.parse_state("gpu=0, 3\ngpu=\ngpu_rc=0\nproc=\nproc_rc=0\n").busy(1024) == []
+
+
+DRIVER_DOWN = "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.\\n"
+
+
+@pytest.mark.parametrize(
+    ("used", "procs", "code", "expected"),
+    [
+        (DRIVER_DOWN, DRIVER_DOWN, 9, "nvidia-smi --query-gpu exited with code 9"),
+        ("", "", 255, "nvidia-smi --query-gpu exited with code 255"),
+        ("0, 3\\n", "", 6, "nvidia-smi --query-gpu exited with code 6"),  # readable lines, but it failed
+        ("Segmentation fault\\n", "", 0, "unreadable line(s): gpu: Segmentation fault"),
+        ("0, 3, 7, 9\\n", "", 0, "unreadable line(s): gpu: 0, 3, 7, 9"),
+        ("", "", 0, "nvidia-smi listed no GPU"),
+    ],
+    ids=["driver-down", "silent-failure", "exit-code-only", "garbage", "wrong-columns", "no-gpu-listed"],
+)
+def test_a_failing_nvidia_smi_never_counts_as_free(tmp_path, monkeypatch, used, procs, code, expected):
+    stand_in(tmp_path, monkeypatch, used, procs, code)
+    assert sensor(wait_s=3600).poke({}) is False  # within its wait: not free, so it waits
+    with pytest.raises(AirflowFailException) as failed:
+        sensor(wait_s=-1).poke({})
+    assert expected in str(failed.value), str(failed.value)

@@ -223,3 +223,68 @@ def test_bench_up_fails_naming_what_did_not_come_up_and_leaves_nothing_running(l
     assert "stopped every component" in failed.stdout
     assert ours(var) == [] and not (var / "local-airflow" / "stack.json").exists()
     assert "not running" in subprocess.run([str(BENCH), "down"], env=env, capture_output=True, text=True).stdout
+
+
+HANG_SPEC = textwrap.dedent("""\
+    description: bench down during the wait
+    host: local
+    payload: fault
+    schedule: null
+    benchmark:
+      script: bench_fault.py
+      args: {mode: hang, rows: 2, delay: 0.0}
+    timeouts:
+      benchmark: 600
+      poke_interval: 1
+    services:
+      - name: gpu_holder
+        stop: "echo stopped >> services.log"
+        start: "echo started >> services.log"
+    """)
+
+
+def test_bench_down_during_a_deferred_wait_stops_the_benchmark_and_restores_the_services(local_env):
+    """Stopping the stack used to leave the benchmark running on the host and its services stopped, the run
+    "running" with nothing left to end it (issue 20, Low)."""
+    env, var = local_env
+    (Path(env["BENCH_CAMPAIGNS_DIR"]) / "down_hang.yaml").write_text(HANG_SPEC)
+    port = free_port()
+    started = subprocess.run(
+        [str(BENCH), "up", "--port", str(port)], env=env, capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    url = f"http://127.0.0.1:{port}"
+    password = json.loads((var / "local-airflow" / "passwords.json").read_text())["admin"]
+    token = requests.post(f"{url}/auth/token", json={"username": "admin", "password": password}, timeout=30)
+    headers = {"Authorization": f"Bearer {token.json()['access_token']}"}
+    api = f"{url}/api/v2"
+    deadline = time.monotonic() + 120
+    while requests.get(f"{api}/dags/bench_down_hang", headers=headers, timeout=30).status_code != 200:
+        assert time.monotonic() < deadline, "the campaign never appeared"
+        time.sleep(2)
+    requests.patch(f"{api}/dags/bench_down_hang", json={"is_paused": False}, headers=headers, timeout=30)
+    run = requests.post(
+        f"{api}/dags/bench_down_hang/dagRuns", json={"logical_date": None, "conf": {}}, headers=headers, timeout=30
+    ).json()
+    run_id = run["dag_run_id"]
+    wait = f"{api}/dags/bench_down_hang/dagRuns/{run_id}/taskInstances/wait_done"
+    deadline = time.monotonic() + 240
+    while requests.get(wait, headers=headers, timeout=30).json().get("state") != "deferred":
+        assert time.monotonic() < deadline, requests.get(wait, headers=headers, timeout=30).json()
+        time.sleep(2)
+    from benchflow.remote import layout
+
+    host = var / "hosts" / "local"
+    pgid = int((Path(layout.run_dir(str(host), "bench_down_hang", run_id)) / "bench" / "pid").read_text())
+    assert live_group_members(pgid)  # the benchmark runs, the services are stopped
+    assert (host / "services.log").read_text().split() == ["stopped"]
+
+    stopped = subprocess.run([str(BENCH), "down"], env=env, capture_output=True, text=True, timeout=600)
+    out = stopped.stdout + stopped.stderr
+    assert stopped.returncode == 0 and "stopped api-server" in out, out
+    assert f"run {run_id} of bench_down_hang was still going" in out, out
+    for task in ("stop_benchmark", "restore_services", "release_host"):
+        assert f"ok      {task}" in out, out
+    assert f"run {run_id} marked failed" in out, out
+    assert live_group_members(pgid) == []
+    assert (host / "services.log").read_text().split() == ["stopped", "started"]

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 BENCH = Path(sys.executable).parent / "bench"
 
 
-def spec(mode: str, rows: int, delay: float) -> str:
+def spec(mode: str, rows: int, delay: float, timeout: int = 300, extra: str = "") -> str:
     return textwrap.dedent(f"""\
         description: quiet bench run, {mode}
         host: local
@@ -35,8 +35,9 @@ def spec(mode: str, rows: int, delay: float) -> str:
         benchmark:
           script: bench_fault.py
           args: {json.dumps({"mode": mode, "rows": rows, "delay": delay})}
+        {extra}
         timeouts:
-          benchmark: 300
+          benchmark: {timeout}
           poke_interval: 1
         services:
           - name: gpu_holder
@@ -53,6 +54,8 @@ def env(tmp_path_factory, airflow_db):
         "quiet_ok": spec("ok", 4, 1.0),
         "quiet_crash": spec("crash", 2, 0.0),
         "quiet_hang": spec("hang", 2, 0.0),
+        "quiet_bar": spec("bar", 2, 0.0, timeout=12),
+        "quiet_busy": spec("ok", 2, 0.0, extra="gpus_free: {max_used_mib: 1024, wait: 0.5, poke_interval: 0.5}"),
     }.items():
         (root / "specs" / f"{name}.yaml").write_text(text)
     (root / "kernels").mkdir()
@@ -77,6 +80,19 @@ def bench_run(env: dict[str, str], campaign: str) -> subprocess.CompletedProcess
     return subprocess.run(
         [str(BENCH), "run", campaign], env=env, capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT
     )
+
+
+def failed_tasks(out: str) -> list[str]:
+    """The ``failed task:`` entries of bench run's report, each with the lines under it."""
+    entries: list[str] = []
+    for line in out.splitlines():
+        if line.startswith("failed task: "):
+            entries.append(line)
+        elif entries and line.startswith("    ") and not entries[-1].endswith("\n<end>"):
+            entries[-1] += "\n" + line
+        elif entries:
+            entries[-1] += "\n<end>"
+    return [entry.removesuffix("\n<end>") for entry in entries]
 
 
 def run_states(dag_id: str, run_id: str) -> set[str]:
@@ -138,6 +154,45 @@ def test_a_failed_run_names_the_task_its_error_and_the_log(env, var_dir):
     assert any(line.split()[1:3] == ["FAIL", "wait_done"] for line in out.splitlines() if len(line.split()) > 2)
     assert log_file(out).exists()
     assert services_log(var_dir) == ["stopped", "started"]
+
+
+def test_busy_gpus_are_named_as_the_cause_before_the_verdict(env, var_dir, tmp_path):
+    """The GPU check's message spans lines (one per busy GPU): it used to read as "no error line found"."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(
+        '#!/bin/sh\ncase "$*" in\n'
+        "  *--query-gpu=index,memory.used*) printf '0, 70000\\n1, 3\\n' ;;\n"
+        "  *--query-compute-apps*) printf '4242, python3 -m sglang.launch_server, 69990\\n' ;;\n"
+        "esac\n"
+    )
+    smi.chmod(0o755)
+    done = bench_run({**env, "PATH": f"{bin_dir}:{env['PATH']}"}, "quiet_busy")
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    entries = failed_tasks(out)
+    assert entries and entries[0].startswith("failed task: gpus_free: AirflowFailException: GPUs of host 'local'"), out
+    assert "GPU 0: 70000 MiB in use (limit 1024)" in entries[0] and "process 4242" in entries[0], out
+    assert "no error line found" not in out, out
+    names = [entry.split(":")[1].strip() for entry in entries]
+    assert "verdict" not in names or names[-1] == "verdict", names
+
+
+def test_a_benchmark_timeout_is_named_and_the_wait_shows_the_clients_progress(env, var_dir):
+    """A client that draws a progress bar, then warns: the wait shows the bar, and the failure its timeout."""
+    done = bench_run(env, "quiet_bar")
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    entries = failed_tasks(out)
+    assert entries[0].startswith(
+        "failed task: wait_done: AirflowFailException: benchmark ran past its timeout of 12 s"
+    ), out
+    names = [entry.split(":")[1].strip() for entry in entries]
+    assert "verdict" not in names or names[-1] == "verdict", names
+    progress = [line for line in out.splitlines() if " wait    wait_done: " in line]
+    assert any("100%|##########| 10/10" in line for line in progress), out
+    assert not [line for line in progress if "Warning" in line or "warnings.warn" in line], out
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])

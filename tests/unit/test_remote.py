@@ -8,13 +8,19 @@ pytestmark = pytest.mark.unit
 
 
 def test_run_key_makes_run_ids_path_safe():
-    assert layout.run_key("manual__2026-11-29T21:14:22.1+00:00") == "manual__2026-11-29T21_14_22.1_00_00"
-    assert layout.run_key("../../etc") == "_.._etc"
-    assert "/" not in layout.run_key("a/b")
+    import hashlib
+
+    key = layout.run_key("manual__2026-11-29T21:14:22.1+00:00")
+    digest = hashlib.sha256(b"manual__2026-11-29T21:14:22.1+00:00").hexdigest()[:16]
+    assert key == f"manual__2026-11-29T21_14_22.1_00_00-{digest}"
+    assert layout.run_key("../../etc").startswith("_.._etc-")
+    assert "/" not in layout.run_key("a/b") and layout.run_key("..").startswith("run-")
+    assert layout.run_key("r:1") != layout.run_key("r_1")
 
 
 def test_run_dir_layout_and_absolute_workdir():
-    assert layout.run_dir("/srv/bench/", "bench_x", "r:1") == "/srv/bench/bench_x/r_1"
+    assert layout.run_dir("/srv/bench/", "bench_x", "r:1") == f"/srv/bench/bench_x/{layout.run_key('r:1')}"
+    assert layout.run_dir("/w", "bench_ü", "r").split("/")[2].startswith("bench__-")
     with pytest.raises(ValueError, match="absolute"):
         layout.run_dir("relative/dir", "d", "r")
 

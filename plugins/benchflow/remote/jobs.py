@@ -19,22 +19,42 @@ from airflow.providers.ssh.utils.remote_job import (
     build_posix_wrapper_command,
 )
 
-from benchflow.remote.layout import started_file
+from benchflow.remote.layout import owner_file, started_file
 
 LOG_TAIL_LINES = 20  # lines of a job's log shown when it failed (task errors, bench run)
+READ_BYTES = 65536  # what one status check or log tail reads of a job's log on the host, from its end
+LINE_BYTES = 1000  # what a status check or log tail keeps of one line: a line without newline is not copied whole
+STREAM_LINE_BYTES = 4096  # what the wait's log stream keeps of one line
 
 
-def launch_command(paths: RemoteJobPaths, command: str, cwd: str, env: Mapping[str, str] | None = None) -> str:
-    """Start ``command`` detached in ``cwd``; print the job's pid once its pid file exists."""
+def launch_command(
+    paths: RemoteJobPaths, command: str, cwd: str, env: Mapping[str, str] | None = None, run_id: str | None = None
+) -> str:
+    """Start ``command`` detached in ``cwd``; print the job's pid once its pid file exists. ``run_id`` (the exact
+    Airflow run id) is written into the job's folder first, so that a later launch can tell whose job it finds."""
     # A subshell, so that the wrapper's log redirection covers all of a compound command and an
     # ``exit`` in it ends the command, not the wrapper (which must still write the exit code).
     wrapped = build_posix_wrapper_command(f"( cd {shlex.quote(cwd)} && {command} )", paths, dict(env or {}))
     pid = shlex.quote(paths.pid_file)
     # The launch time lives on the host, so a wait that resumes anywhere measures from the same instant.
     started = f"mkdir -p {shlex.quote(paths.job_dir)} && date +%s > {shlex.quote(started_file(paths))}\n"
+    if run_id is not None:
+        started += f"printf '%s\\n' {shlex.quote(run_id)} > {shlex.quote(owner_file(paths))}\n"
     # The provider's wrapper writes the pid asynchronously; wait for it so that every later check
     # (and a re-attach after a crash of the worker) can rely on it.
     return started + wrapped + f"for _ in $(seq 100); do test -s {pid} && break; sleep 0.05; done\ncat {pid}\n"
+
+
+def owner_command(paths: RemoteJobPaths) -> str:
+    """Print ``owner=`` and the run id in the job's folder (empty when no run id was written there)."""
+    return f"printf 'owner='; head -c 4096 {shlex.quote(owner_file(paths))} 2>/dev/null || true"
+
+
+def parse_owner(stdout: str) -> str:
+    """The run id :func:`owner_command` printed ('' when none)."""
+    if not stdout.startswith("owner="):
+        raise ValueError(f"unexpected owner output: {stdout[:200]!r}")
+    return stdout.removeprefix("owner=").removesuffix("\n")
 
 
 def status_command(paths: RemoteJobPaths, marker: str) -> str:
@@ -52,7 +72,7 @@ def status_command(paths: RemoteJobPaths, marker: str) -> str:
         f'if grep -qxF -- {q(marker)} "$log" 2>/dev/null; then marker=1; else marker=0; fi\n'
         's=$(cat "$st" 2>/dev/null || true); elapsed=; [ -n "$s" ] && elapsed=$(( $(date +%s) - s ))\n'
         'printf "marker=%s exit=%s alive=%s pid=%s elapsed=%s\\n" "$marker" "$code" "$alive" "$p" "$elapsed"\n'
-        'tail -n 1 "$log" 2>/dev/null || true\n'
+        f'tail -c {READ_BYTES} "$log" 2>/dev/null | tail -n 1 | head -c {LINE_BYTES}; true\n'
     )
 
 
@@ -122,7 +142,9 @@ def progress_line(status: JobStatus, check: int) -> str:
 
 
 def tail_command(path: str, lines: int = LOG_TAIL_LINES) -> str:
-    return f"tail -n {int(lines)} {shlex.quote(path)} 2>/dev/null || true"
+    """The last ``lines`` lines of a log, of its last :data:`READ_BYTES` bytes only, each cut at :data:`LINE_BYTES`
+    (a benchmark that writes one endless line without a newline must not be copied whole into a task's error)."""
+    return f"tail -c {READ_BYTES} {shlex.quote(path)} 2>/dev/null | tail -n {int(lines)} | cut -b 1-{LINE_BYTES}; true"
 
 
 def wait_exit_command(paths: RemoteJobPaths, seconds: float) -> str:
@@ -186,6 +208,12 @@ def server_command(command: str, python: str, port: int, extra: str = "", numa_n
 
 def follow_command(paths: RemoteJobPaths, from_line: int) -> str:
     """Stream a job's log from line ``from_line`` (1-based) as it grows; ends once the job's leader has exited
-    (``--pid``), so no ``tail`` outlives its benchmark on the host."""
+    (``--pid``), so no ``tail`` outlives its benchmark on the host. Each line is cut on the host at
+    :data:`STREAM_LINE_BYTES` (``cut`` streams: a line without newline never sits whole in memory, here or there),
+    line-buffered where ``stdbuf`` exists."""
     pid = f'"$(cat {shlex.quote(paths.pid_file)} 2>/dev/null || echo 1)"'
-    return f"exec tail -n +{int(from_line)} -F --pid={pid} {shlex.quote(paths.log_file)} 2>/dev/null"
+    cut = f"cut -b 1-{STREAM_LINE_BYTES}"
+    return (
+        f"buf=; command -v stdbuf >/dev/null 2>&1 && buf='stdbuf -oL'\n"
+        f"tail -n +{int(from_line)} -F --pid={pid} {shlex.quote(paths.log_file)} 2>/dev/null | exec $buf {cut}"
+    )

@@ -8,14 +8,14 @@ from collections.abc import Mapping
 
 from airflow.providers.ssh.utils.remote_job import RemoteJobPaths
 
-from benchflow.artifacts import run_key
+from benchflow.artifacts import dag_key, run_key
 
 
 def run_dir(workdir: str, dag_id: str, run_id: str) -> str:
     """``<host workdir>/<dag_id>/<run key>``: everything one run leaves on the host."""
     if not workdir.startswith("/"):
         raise ValueError(f"host workdir must be absolute, got {workdir!r}")
-    return f"{workdir.rstrip('/')}/{run_key(dag_id)}/{run_key(run_id)}"
+    return f"{workdir.rstrip('/')}/{dag_key(dag_id)}/{run_key(run_id)}"
 
 
 def job_paths(rundir: str, name: str = "bench") -> RemoteJobPaths:
@@ -44,9 +44,14 @@ def started_file(paths: RemoteJobPaths) -> str:
     return f"{paths.job_dir}/started_at"
 
 
+def owner_file(paths: RemoteJobPaths) -> str:
+    """The exact run id of the run that launched a job (written at launch, read before re-attaching)."""
+    return f"{paths.job_dir}/run_id"
+
+
 def lease_owner(dag_id: str, run_id: str) -> str:
     """Who holds a host's lease during a run: ``<dag_id>/<run key>``."""
-    return f"{run_key(dag_id)}/{run_key(run_id)}"
+    return f"{dag_key(dag_id)}/{run_key(run_id)}"
 
 
 def server_job(config: str, server: str) -> str:

@@ -54,3 +54,21 @@ def mark_failed(dag_id: str, run_id: str) -> int:
 
 def _state(value: Any) -> str | None:
     return None if value is None else str(getattr(value, "value", value))
+
+
+def unfinished_runs(dag_ids: list[str]) -> list[tuple[str, str]]:
+    """``[(dag_id, run_id)]`` of the runs of ``dag_ids`` that are queued or running, oldest first."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from sqlalchemy import select
+
+    if not dag_ids:
+        return []
+    with create_session() as session:
+        found = session.execute(
+            select(DagRun.dag_id, DagRun.run_id)
+            .where(DagRun.dag_id.in_(dag_ids), DagRun.state.in_([DagRunState.RUNNING, DagRunState.QUEUED]))
+            .order_by(DagRun.id)
+        ).all()
+    return [(str(dag_id), str(run_id)) for dag_id, run_id in found]

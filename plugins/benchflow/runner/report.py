@@ -4,15 +4,14 @@ rows in the warehouse, and where its results, artifacts and logs are."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchflow.runner.watch import Watch, failure_of, last_error
+from benchflow.runner.watch import TaskView, Watch, _as_dt, failure_of, last_error
 
 if TYPE_CHECKING:
     from benchflow.spec import CampaignSpec
-
-SHOWN_ROWS = 100  # rows of the run's table printed (a million-row run prints its first 100)
 
 
 def report(spec: CampaignSpec, run_id: str, result_file: Path, logs: Path, watch: Watch, took: float) -> int:
@@ -29,13 +28,26 @@ def report(spec: CampaignSpec, run_id: str, result_file: Path, logs: Path, watch
         return 1
     state = result.get("state", "unknown")
     watch.say(f"\n{spec.dag_id} run {run_id}: {state} in {took:.1f} s")
-    failed = sorted((v.start is None, str(v.start or ""), t) for t, v in watch.tasks.items() if v.state == "failed")
-    for _, _, task_id in failed:  # in the order they ran: the cause first, the verdict last
+    failed = [t for t, v in watch.tasks.items() if v.state == "failed"]
+    for task_id in sorted(failed, key=lambda t: _order(t, watch.tasks[t])):  # the cause first, the verdict last
         error = failure_of(logs, task_id) or "(no error line found; see the log)"
         watch.say(f"failed task: {task_id}: {error}")
     _results(spec, run_id, watch)
     watch.say(f"Airflow logs: {logs}")
     return 0 if state == "success" else 1
+
+
+SHOWN_ROWS = 50  # rows of the run printed; past them a line says how many more there are
+VERDICT = "verdict"  # fails when an earlier task did: a consequence, listed after every cause
+
+
+def _order(task_id: str, view: TaskView) -> tuple[bool, bool, datetime, str]:
+    """The order failed tasks are listed in: as they started (as times, not text), the verdict last."""
+    try:
+        began = _as_dt(view.start)
+    except (TypeError, ValueError):
+        began = datetime.max.replace(tzinfo=UTC)
+    return task_id == VERDICT, view.start is None, began, task_id
 
 
 def _results(spec: CampaignSpec, run_id: str, watch: Watch) -> None:
@@ -55,10 +67,15 @@ def _results(spec: CampaignSpec, run_id: str, watch: Watch) -> None:
             first.get("verdict"), first.get("verdict_detail"), first.get("baseline_runs"), first["regressions"]
         )
         watch.say(f"verdict: {judged}")
-    rows = kind.present(queries.shown_rows(warehouse, kind, spec.dag_id, run_id, limit=SHOWN_ROWS))
-    watch.say(rows.to_string(index=False) if len(rows) else "(no rows loaded)")
-    if len(rows) == SHOWN_ROWS and (total := queries.run_row_count(warehouse, kind, spec.dag_id, run_id)) > len(rows):
-        watch.say(f"showing {len(rows)} of {total} rows (bench sql for all of them)")
+    rows = kind.present(queries.shown_rows(warehouse, kind, spec.dag_id, run_id, limit=SHOWN_ROWS + 1))
+    if len(rows) > SHOWN_ROWS:
+        total = queries.run_row_count(warehouse, kind, spec.dag_id, run_id)
+        watch.say(rows.head(SHOWN_ROWS).to_string(index=False))
+        watch.say(
+            f"... {total - SHOWN_ROWS} more rows ({total} in all; the first {SHOWN_ROWS} shown): bench sql has them"
+        )
+    else:
+        watch.say(rows.to_string(index=False) if len(rows) else "(no rows loaded)")
     for found in queries.validity_counts(warehouse, kind, spec.dag_id, run_id).itertuples():
         # stored, but never summarised, a baseline or compared (bench compare --include-noisy)
         watch.say(f"not ok: {found.n} row(s) {found.validity}: {found.reason or 'no reason recorded'}")

@@ -22,6 +22,7 @@ DAG_TEST_START = re.compile(r"\[DAG TEST\] starting task_id=(\S+)")
 ERROR_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Timeout|Exit)\w*): (.+)")
 TIMESTAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
 PLAIN_EVERY_S = 2.0  # piped output: at most one progress line per this many seconds
+READ_CHUNK = 4 << 20  # what one look reads of the run's log file; a longer line without newline is skipped
 
 
 def log_path(dag_id: str, when: datetime) -> Path:
@@ -87,12 +88,15 @@ class Watch:
         try:
             with self.log_file.open("rb") as handle:
                 handle.seek(self.offset)
-                chunk = handle.read()
+                chunk = handle.read(READ_CHUNK)
         except OSError:
             return
         cut = chunk.rfind(b"\n") + 1
+        if not cut and len(chunk) == READ_CHUNK:  # one line longer than a look: skip it, never re-read it whole
+            self.offset += len(chunk)
+            return
         self.offset += cut
-        for raw in chunk[:cut].decode(errors="replace").splitlines():
+        for raw in chunk[:cut].decode(errors="replace").split("\n"):  # not splitlines: a bar's \r stays in its line
             if found := DAG_TEST_START.search(raw):
                 self.current, self.current_began = found.group(1), time.monotonic()
                 self.newest = self.check = ""
@@ -101,11 +105,10 @@ class Watch:
                     view.shown_start = True
                     self.say(f"{clock()}  start   {self.current}")
             elif found := BENCH_LINE.search(raw):
-                self.newest = found.group(1).strip()
+                self.newest = progress_text(found.group(1)) or self.newest
             elif found := CHECK_LINE.search(raw):
                 self.check = f"check {found.group(1)}, pid {found.group(3)}"
-                if found.group(4).strip():
-                    self.newest = found.group(4).strip()
+                self.newest = progress_text(found.group(4)) or self.newest
 
     def update(self, rows: list[tuple[str, str | None, Any, Any]]) -> None:
         for task_id, state, start, end in rows:
@@ -139,6 +142,20 @@ class Watch:
             self.last_plain, self.last_plain_text = time.monotonic(), self.newest
 
 
+WARNING_LINE = re.compile(
+    r"\b(warn(ing)?s?|\w+Warning|deprecat\w*)\b|^\s*warnings\.warn\(|^\s*(\^+|~+)\s*$", re.IGNORECASE
+)
+
+
+def progress_text(line: str) -> str:
+    """What of a benchmark's log line may stand for its progress: the last frame of a progress bar (``\\r``
+    redraws), not a warning of the client (``FutureWarning: ...``, ``WARNING ...``, the source line under it);
+    '' when the line is none of its progress."""
+    frames = [part.strip() for part in line.replace("\\r", "\r").split("\r")]
+    text = next((part for part in reversed(frames) if part), "")
+    return "" if WARNING_LINE.search(text) else text
+
+
 def clock(at: Any = None) -> str:
     try:
         return (_as_dt(at).astimezone() if at is not None else datetime.now()).strftime("%H:%M:%S")
@@ -154,8 +171,9 @@ def _columns() -> int:
 
 
 def failure_of(log_file: Path, task_id: str, tail: int = 6) -> str:
-    """The exception a failed task ended with: the lines after its traceback's last frame (the message, and
-    what the message carries, e.g. the benchmark's last log lines, the last ``tail`` of them)."""
+    """The exception a failed task ended with: its message (the line that names the exception, and the last
+    ``tail`` of the lines it carries, e.g. the benchmark's last log lines), read from the traceback Airflow logged
+    after "Task failed with exception" (:func:`exception_of`)."""
     try:
         text = log_file.read_text(errors="replace")
     except OSError:
@@ -174,14 +192,52 @@ def failure_of(log_file: Path, task_id: str, tail: int = 6) -> str:
         if TIMESTAMPED.match(line):
             break
         block.append(line)
-    frames = [i for i, line in enumerate(block) if line[:1].isspace()]
-    message = [line for line in block[(frames[-1] + 1) if frames else 0 :] if line.strip()]
+    message = exception_of(block)
     if not message:
         return ""
     head = re.sub(r"^[\w.]+\.(\w+(?:Error|Exception|Timeout\w*)): ", r"\1: ", message[0])
-    rest = message[1:]
-    lines = [head[:600]] + [f"    {line[:300]}" for line in rest[-tail:]]
+    rest = [line for line in message[1:] if line.strip()]
+    shown = rest[-tail:]
+    cause = next((line for line in reversed(rest[:-tail]) if ERROR_LINE.search(line)), None) if rest else None
+    lines = [head[:600]] + ([f"    ... {cause.strip()[:300]}"] if cause else []) + [f"    {x[:300]}" for x in shown]
     return "\n".join(lines)
+
+
+CHAINED = (
+    "The above exception was the direct cause of the following exception:",
+    "During handling of the above exception, another exception occurred:",
+)
+
+
+def exception_of(block: list[str]) -> list[str]:
+    """The last exception of a Python traceback: the line that names it and every line of its message.
+
+    The frames (``  File ...`` and the indented source and ``^^^`` lines under each) end at the first line that is
+    not indented: that line names the exception, and what follows is its message, however it is indented (a GPU
+    list, a benchmark's log lines), up to a chained traceback (``The above exception ...``), after which the same
+    is read again."""
+    found: list[str] = []
+    i = 0
+    while i < len(block):
+        if block[i].startswith("Traceback (most recent call last):"):
+            i += 1
+            while i < len(block) and (block[i][:1].isspace() or not block[i].strip()):
+                i += 1
+            if i >= len(block):
+                break
+            found = [block[i]]
+            i += 1
+            while i < len(block):
+                if block[i].strip() in CHAINED and i + 2 < len(block) and block[i + 2].startswith("Traceback ("):
+                    i += 2
+                    break
+                found.append(block[i])
+                i += 1
+            continue
+        i += 1
+    if not found and block:  # no traceback: the block is the message
+        found = [line for line in block if line.strip()]
+    return found
 
 
 def last_error(logs: Path) -> str:
@@ -199,10 +255,15 @@ def echo(logs: Path, offset: int, out: IO[str], watch: Watch) -> int:
     try:
         with logs.open("rb") as handle:
             handle.seek(offset)
-            chunk = handle.read()
+            chunk = handle.read(READ_CHUNK)
     except OSError:
         return offset
     cut = chunk.rfind(b"\n") + 1
+    if not cut and len(chunk) == READ_CHUNK:  # a line longer than a look: its start, once, never re-read whole
+        chunk, cut = chunk[:1000] + b" ...(line cut)\n", len(chunk)
+        out.write(chunk.decode(errors="replace"))
+        out.flush()
+        return offset + cut
     if cut:
         if watch.progress_shown and watch.tty:
             out.write("\r\033[K")

@@ -1,0 +1,95 @@
+"""A spec whose host has no Airflow pool (issue 20, Medium: its run stayed "running" for hours): when the run
+starts, Airflow's listener hook (registered by the project's plugin) creates the pool with one slot, in Airflow's
+metadata database (PostgreSQL)."""
+
+from __future__ import annotations
+
+import logging
+import textwrap
+import time
+
+import pytest
+
+from benchflow.factory import build_dag
+from benchflow.spec import host_pool, load_spec
+
+pytestmark = pytest.mark.integration
+
+
+def spec_for(tmp_path, host: str):
+    path = tmp_path / "new_host.yaml"
+    path.write_text(
+        textwrap.dedent(f"""\
+        description: a campaign on a host added since the pools were made
+        kind: kernel
+        host: {host}
+        payload: moe
+        schedule: null
+        benchmark:
+          script: bench_moe.py
+        """)
+    )
+    return load_spec(path)
+
+
+def pool_slots(name: str) -> int | None:
+    from airflow.models.pool import Pool
+
+    pool = Pool.get_pool(name)
+    return None if pool is None else int(pool.slots)
+
+
+def test_the_run_of_a_host_without_pool_creates_it_when_it_starts(airflow_db, tmp_path, caplog):
+    from airflow.listeners.listener import get_listener_manager
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.state import DagRunState
+
+    from benchflow import pool_listener
+
+    host = f"gpu_new_{time.time_ns()}"
+    spec = spec_for(tmp_path, host)
+    dag = build_dag(spec)
+    assert pool_slots(host_pool(host)) is None
+    manager = get_listener_manager()
+    assert pool_listener in manager.pm.get_plugins()  # the project's plugin registered it
+    run = DagRun(dag_id=dag.dag_id, run_id="manual__new_host", run_type="manual", state=DagRunState.RUNNING)
+    run.dag = dag
+    with caplog.at_level(logging.WARNING):
+        run.notify_dagrun_state_changed(msg="started")  # what the scheduler calls as it starts a queued run
+    assert pool_slots(host_pool(host)) == 1
+    assert f"pool {host_pool(host)} did not exist: created it with 1 slot" in caplog.text
+    run.notify_dagrun_state_changed(msg="started")  # a second run: the pool is there, left as it is
+    assert pool_slots(host_pool(host)) == 1
+
+
+def test_an_existing_pool_is_left_as_its_operators_set_it(airflow_db, tmp_path):
+    from airflow.models.dagrun import DagRun
+    from airflow.models.pool import Pool
+    from airflow.utils.state import DagRunState
+
+    host = f"gpu_kept_{time.time_ns()}"
+    Pool.create_or_update_pool(host_pool(host), 3, "set by an operator", include_deferred=False)
+    run = DagRun(dag_id="bench_new_host", run_id="manual__kept", run_type="manual", state=DagRunState.RUNNING)
+    run.dag = build_dag(spec_for(tmp_path, host))
+    run.notify_dagrun_state_changed(msg="started")
+    assert pool_slots(host_pool(host)) == 3
+
+
+def test_in_the_schedulers_transaction_the_pool_is_written_with_its_commit(airflow_db, tmp_path):
+    """The scheduler starts runs in a session that forbids any commit but its own (HA locks): the pool is added
+    to that session, and exists once the scheduler commits."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from airflow.utils.sqlalchemy import prohibit_commit
+    from airflow.utils.state import DagRunState
+
+    host = f"gpu_sched_{time.time_ns()}"
+    dag = build_dag(spec_for(tmp_path, host))
+    with create_session() as session, prohibit_commit(session) as guard:
+        run = DagRun(dag_id=dag.dag_id, run_id=f"manual__{host}", run_type="manual", state=DagRunState.QUEUED)
+        session.add(run)
+        run.dag = dag
+        run.state = DagRunState.RUNNING
+        run.notify_dagrun_state_changed(msg="started")
+        guard.commit()
+    assert pool_slots(host_pool(host)) == 1
