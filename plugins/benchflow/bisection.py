@@ -47,30 +47,111 @@ class ConfError(ValueError):
 
 
 PARAMS: dict[str, tuple[Any, dict[str, Any]]] = {
-    "campaign": ("", {"type": "string", "pattern": r"^[a-z][a-z0-9_]{0,62}$", "title": "Campaign",
-                      "description": "The campaign whose payload regressed (include/campaigns/<name>.yaml)."}),
-    "case": ("", {"type": "string", "pattern": _CASE_RE.pattern, "title": "Case",
-                  "description": "The regressed case as the warehouse names it, e.g. m=64."}),
-    "metric": ("", {"type": "string", "pattern": r"^[a-z][a-z0-9_]{0,62}$", "title": "Metric",
-                    "description": "The trend metric that regressed, e.g. us_per_token."}),
-    "good": ("", {"type": "string", "pattern": r"^[A-Za-z0-9_][A-Za-z0-9._/@^~{}+-]{0,255}$",
-                  "title": "Good ref", "description": "A commit (or ref) of the payload that measured well."}),
-    "bad": ("", {"type": "string", "pattern": r"^[A-Za-z0-9_][A-Za-z0-9._/@^~{}+-]{0,255}$",
-                 "title": "Bad ref", "description": "A later commit (or ref) that measured worse."}),
-    "repeats": (5, {"type": "integer", "minimum": 2, "maximum": 20, "title": "Repeats per probe",
-                    "description": "Values of the case each probe run measures. Unit: repeats."}),
-    "max_samples": (15, {"type": "integer", "minimum": 2, "maximum": 60, "title": "Values per commit at most",
-                         "description": "An unknown commit is probed again until it has this many. Unit: values."}),
-    "min_change": (0.05, {"type": "number", "minimum": 0, "maximum": 1, "title": "Smallest change",
-                          "description": "Bad must be worse than good by at least this. Unit: a fraction."}),
-    "max_probes": (40, {"type": "integer", "minimum": 2, "maximum": 500, "title": "Probe budget",
-                        "description": "Probe runs at most, the confirm step's two included. Unit: runs."}),
-    "max_hours": (6.0, {"type": "number", "exclusiveMinimum": 0, "maximum": 168, "title": "Time budget",
-                        "description": "No new round starts after this. Unit: hours."}),
-    "probe_conf": ({}, {"type": "object", "title": "Extra probe conf",
-                        "description": "Added to every probe run's conf (for a kind that cannot narrow a run "
-                        "to one case by itself)."}),
-}  # fmt: skip
+    "campaign": (
+        "",
+        {
+            "type": "string",
+            "pattern": r"^[a-z][a-z0-9_]{0,62}$",
+            "title": "Campaign",
+            "description": "The campaign whose payload regressed (include/campaigns/<name>.yaml).",
+        },
+    ),
+    "case": (
+        "",
+        {
+            "type": "string",
+            "pattern": _CASE_RE.pattern,
+            "title": "Case",
+            "description": "The regressed case as the warehouse names it, e.g. m=64.",
+        },
+    ),
+    "metric": (
+        "",
+        {
+            "type": "string",
+            "pattern": r"^[a-z][a-z0-9_]{0,62}$",
+            "title": "Metric",
+            "description": "The trend metric that regressed, e.g. us_per_token.",
+        },
+    ),
+    "good": (
+        "",
+        {
+            "type": "string",
+            "pattern": r"^[A-Za-z0-9_][A-Za-z0-9._/@^~{}+-]{0,255}$",
+            "title": "Good ref",
+            "description": "A commit (or ref) of the payload that measured well.",
+        },
+    ),
+    "bad": (
+        "",
+        {
+            "type": "string",
+            "pattern": r"^[A-Za-z0-9_][A-Za-z0-9._/@^~{}+-]{0,255}$",
+            "title": "Bad ref",
+            "description": "A later commit (or ref) that measured worse.",
+        },
+    ),
+    "repeats": (
+        5,
+        {
+            "type": "integer",
+            "minimum": 2,
+            "maximum": 20,
+            "title": "Repeats per probe",
+            "description": "Values of the case each probe run measures. Unit: repeats.",
+        },
+    ),
+    "max_samples": (
+        15,
+        {
+            "type": "integer",
+            "minimum": 2,
+            "maximum": 60,
+            "title": "Values per commit at most",
+            "description": "An unknown commit is probed again until it has this many. Unit: values.",
+        },
+    ),
+    "min_change": (
+        0.05,
+        {
+            "type": "number",
+            "minimum": 0,
+            "maximum": 1,
+            "title": "Smallest change",
+            "description": "Bad must be worse than good by at least this. Unit: a fraction.",
+        },
+    ),
+    "max_probes": (
+        40,
+        {
+            "type": "integer",
+            "minimum": 2,
+            "maximum": 500,
+            "title": "Probe budget",
+            "description": "Probe runs at most, the confirm step's two included. Unit: runs.",
+        },
+    ),
+    "max_hours": (
+        6.0,
+        {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "maximum": 168,
+            "title": "Time budget",
+            "description": "No new round starts after this. Unit: hours.",
+        },
+    ),
+    "probe_conf": (
+        {},
+        {
+            "type": "object",
+            "title": "Extra probe conf",
+            "description": "Added to every probe run's conf (for a kind that cannot narrow a run "
+            "to one case by itself).",
+        },
+    ),
+}
 
 
 def checked_conf(conf: dict[str, Any]) -> dict[str, Any]:

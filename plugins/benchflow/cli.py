@@ -255,60 +255,106 @@ def arg(*names: str, **options: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
 
 # Every subcommand: name, function, help line, description, arguments.
 SUBCOMMANDS: list[tuple[str, Callable[[argparse.Namespace], int], str, str, list[Any]]] = [
-    ("validate", cmd_validate, "check campaign specs", "Check campaign specs.", [
-        arg("specs", nargs="*", help="spec files (default: every spec in include/campaigns/)"),
-    ]),
-    ("parse", cmd_parse, "print the tidy rows of a benchmark output as JSON lines",
-     "Parse a benchmark output; exit 1 naming the line if it is malformed.", [
-        arg("file"),
-        arg("--kind", help="result kind (detected when not given)"),
-        arg("--format", help="output format of the kind (detected when not given)"),
-        arg("--marker", default="ALL_DONE", help="done marker line (default: ALL_DONE)"),
-        arg("--spec", help="read the output as this campaign does (its parser, patterns and marker)"),
-    ]),
-    ("run", cmd_run, "run a campaign through Airflow and print its rows",
-     "Run one campaign through Airflow (dag.test) and print the loaded rows.", [
-        arg("campaign", help="campaign name (include/campaigns/<name>.yaml) or a spec path"),
-        arg("--conf", help="JSON conf for the run"),
-        arg("-v", "--verbose", action="store_true", help="show Airflow's logs too (always in a file)"),
-    ]),
-    ("sql", cmd_sql, "query the results warehouse (read-only)",
-     "Run one read statement (SELECT, WITH, VALUES, TABLE, EXPLAIN, SHOW, DESCRIBE) against the results "
-     "warehouse, where it cannot write: DuckDB's published snapshot, or a read-only PostgreSQL transaction.", [
-        arg("query", help='one read statement, e.g. "SELECT * FROM runs ORDER BY started_at DESC LIMIT 5"'),
-        arg("--format", choices=SQL_FORMATS, default="text",
-            help="text (default), csv, json (an array of objects) or parquet (needs --out)"),
-        arg("--out", metavar="FILE", help="write the result to FILE instead of stdout"),
-    ]),
-    ("compare", cmd_compare, "compare two configs, runs or nights",
-     "Compare side B with side A at every point both have (a concurrency, an M): the ratio of their geometric "
-     "means with its "
-     "95 % interval (Welch's t on the logs over the repeats) and whether the difference is real. A side is "
-     "CAMPAIGN[:CONFIG][@RUN_ID or @YYYY-MM-DD]; without @, the latest valid run. A side stands for one run and "
-     "one config: a campaign with several configs needs :CONFIG, a night with several valid runs needs @RUN_ID, "
-     "and each is refused naming the choices. The runs compared are printed, points in numeric order, and a "
-     "warning for each point whose settings (prompts, lengths) differ. B/A is the ratio of the geometric means. "
-     "Rows not measured ok (noisy, throttled, contended) are left out and counted unless --include-noisy; a load "
-     "search's answer is compared by its bracket (highest load passed, lowest failed).", [
-        arg("a", help="the reference, e.g. serving_tp4 or serving_local:single"),
-        arg("b", help="the other side, e.g. serving_pd or serving_local:pd@2026-11-28"),
-        arg("--point", help="one point only, e.g. concurrency=16 or m=256"),
-        arg("--metric", help="one metric only, e.g. output_throughput"),
-        arg("--include-noisy", action="store_true",
-            help="compare rows measured noisy, throttled or contended too (left out by default, and counted)"),
-    ]),
-    ("migrate", cmd_migrate, "create or update the warehouse schema",
-     "Apply pending warehouse migrations and rebuild changed views.", []),
+    (
+        "validate",
+        cmd_validate,
+        "check campaign specs",
+        "Check campaign specs.",
+        [
+            arg("specs", nargs="*", help="spec files (default: every spec in include/campaigns/)"),
+        ],
+    ),
+    (
+        "parse",
+        cmd_parse,
+        "print the tidy rows of a benchmark output as JSON lines",
+        "Parse a benchmark output; exit 1 naming the line if it is malformed.",
+        [
+            arg("file"),
+            arg("--kind", help="result kind (detected when not given)"),
+            arg("--format", help="output format of the kind (detected when not given)"),
+            arg("--marker", default="ALL_DONE", help="done marker line (default: ALL_DONE)"),
+            arg("--spec", help="read the output as this campaign does (its parser, patterns and marker)"),
+        ],
+    ),
+    (
+        "run",
+        cmd_run,
+        "run a campaign through Airflow and print its rows",
+        "Run one campaign through Airflow (dag.test) and print the loaded rows.",
+        [
+            arg("campaign", help="campaign name (include/campaigns/<name>.yaml) or a spec path"),
+            arg("--conf", help="JSON conf for the run"),
+            arg("-v", "--verbose", action="store_true", help="show Airflow's logs too (always in a file)"),
+        ],
+    ),
+    (
+        "sql",
+        cmd_sql,
+        "query the results warehouse (read-only)",
+        "Run one read statement (SELECT, WITH, VALUES, TABLE, EXPLAIN, SHOW, DESCRIBE) against the results "
+        "warehouse, where it cannot write: DuckDB's published snapshot, or a read-only PostgreSQL transaction.",
+        [
+            arg("query", help='one read statement, e.g. "SELECT * FROM runs ORDER BY started_at DESC LIMIT 5"'),
+            arg(
+                "--format",
+                choices=SQL_FORMATS,
+                default="text",
+                help="text (default), csv, json (an array of objects) or parquet (needs --out)",
+            ),
+            arg("--out", metavar="FILE", help="write the result to FILE instead of stdout"),
+        ],
+    ),
+    (
+        "compare",
+        cmd_compare,
+        "compare two configs, runs or nights",
+        "Compare side B with side A at every point both have (a concurrency, an M): the ratio of their geometric "
+        "means with its "
+        "95 % interval (Welch's t on the logs over the repeats) and whether the difference is real. A side is "
+        "CAMPAIGN[:CONFIG][@RUN_ID or @YYYY-MM-DD]; without @, the latest valid run. A side stands for one run and "
+        "one config: a campaign with several configs needs :CONFIG, a night with several valid runs needs @RUN_ID, "
+        "and each is refused naming the choices. The runs compared are printed, points in numeric order, and a "
+        "warning for each point whose settings (prompts, lengths) differ. B/A is the ratio of the geometric means. "
+        "Rows not measured ok (noisy, throttled, contended) are left out and counted unless --include-noisy; a load "
+        "search's answer is compared by its bracket (highest load passed, lowest failed).",
+        [
+            arg("a", help="the reference, e.g. serving_tp4 or serving_local:single"),
+            arg("b", help="the other side, e.g. serving_pd or serving_local:pd@2026-11-28"),
+            arg("--point", help="one point only, e.g. concurrency=16 or m=256"),
+            arg("--metric", help="one metric only, e.g. output_throughput"),
+            arg(
+                "--include-noisy",
+                action="store_true",
+                help="compare rows measured noisy, throttled or contended too (left out by default, and counted)",
+            ),
+        ],
+    ),
+    (
+        "migrate",
+        cmd_migrate,
+        "create or update the warehouse schema",
+        "Apply pending warehouse migrations and rebuild changed views.",
+        [],
+    ),
     ("pools", cmd_pools, "create the host pools", "Create the one-slot Airflow pool of every spec's host.", []),
-    ("up", cmd_up, "start Airflow for this project on this machine (no Docker)",
-     "Start the api-server, scheduler, dag-processor and triggerer (LocalExecutor) for this project, create the "
-     "pools and the warehouse schema, print the URL and the login.", [
-        arg("--port", type=int, help="the UI's port (default 8080, or BENCH_UP_PORT)"),
-        arg("--db", help="metadata DB: postgres, sqlite or a SQLAlchemy URI (default: the local PostgreSQL if it "
-            "answers, else SQLite)"),
-    ]),
+    (
+        "up",
+        cmd_up,
+        "start Airflow for this project on this machine (no Docker)",
+        "Start the api-server, scheduler, dag-processor and triggerer (LocalExecutor) for this project, create the "
+        "pools and the warehouse schema, print the URL and the login.",
+        [
+            arg("--port", type=int, help="the UI's port (default 8080, or BENCH_UP_PORT)"),
+            arg(
+                "--db",
+                help="metadata DB: postgres, sqlite or a SQLAlchemy URI (default: the local PostgreSQL if it "
+                "answers, else SQLite)",
+            ),
+        ],
+    ),
     ("down", cmd_down, "stop what bench up started", "Stop what bench up started.", []),
-]  # fmt: skip
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -435,8 +435,12 @@ def _component_args(component: str, port: int) -> list[str]:
     return []
 
 
-HEALTH_KEYS = {"metadatabase": "metadata DB", "scheduler": "scheduler", "triggerer": "triggerer",
-               "dag_processor": "dag-processor"}  # fmt: skip
+HEALTH_KEYS = {
+    "metadatabase": "metadata DB",
+    "scheduler": "scheduler",
+    "triggerer": "triggerer",
+    "dag_processor": "dag-processor",
+}
 
 
 def _wait_healthy(paths: Paths, state: dict[str, Any], timeout: float, out: Any) -> None:

@@ -129,8 +129,10 @@ def when(text: str) -> datetime:
 def test_a_bad_conf_is_refused_naming_its_field(stack):
     reply = stack.trigger("bench_bisect", {"campaign": "toy_bisect", "case": CASE, "metric": METRIC, "good": "c1"})
     assert reply.status_code == 400 and "bad" in reply.text  # a required field: Airflow's Param says which
-    reply = stack.trigger("bench_bisect", {"campaign": "toy_bisect", "case": CASE, "metric": METRIC, "good": "c1",
-                                           "bad": "main", "repeats": 1})  # fmt: skip
+    reply = stack.trigger(
+        "bench_bisect",
+        {"campaign": "toy_bisect", "case": CASE, "metric": METRIC, "good": "c1", "bad": "main", "repeats": 1},
+    )
     assert reply.status_code == 400 and "repeats" in reply.text
 
 
@@ -145,8 +147,7 @@ def test_bisection_names_commit_11_reusing_two_nightly_results_probing_two_commi
     states = stack.wait_runs([("bench_toy_bisect", r) for r in nightly.values()], timeout=600)
     assert set(states.values()) == {"success"}, states
 
-    conf = {"campaign": "toy_bisect", "case": CASE, "metric": METRIC, "good": "c1", "bad": "main",
-            "repeats": REPEATS}  # fmt: skip
+    conf = {"campaign": "toy_bisect", "case": CASE, "metric": METRIC, "good": "c1", "bad": "main", "repeats": REPEATS}
     run_id, state = bisect(stack, conf)
     tasks = stack.task_instances("bench_bisect", run_id)
     assert state == "success", {t: ti["state"] for t, ti in tasks.items()}
@@ -185,8 +186,7 @@ def test_bisection_names_commit_11_reusing_two_nightly_results_probing_two_commi
 
 
 def test_a_regression_that_was_noise_ends_not_reproduced_after_confirm(stack, repos):
-    conf = {"campaign": "toy_noise", "case": CASE, "metric": METRIC, "good": "c1", "bad": "main",
-            "repeats": REPEATS}  # fmt: skip
+    conf = {"campaign": "toy_noise", "case": CASE, "metric": METRIC, "good": "c1", "bad": "main", "repeats": REPEATS}
     run_id, state = bisect(stack, conf)
     tasks = stack.task_instances("bench_bisect", run_id)
     assert state == "success", {t: ti["state"] for t, ti in tasks.items()}

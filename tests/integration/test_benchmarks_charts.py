@@ -45,17 +45,39 @@ def telemetry_rows(start: float) -> tuple[list[dict], list[dict]]:
             for repeat in (1, 2, 3):
                 hot = config == "pd" and concurrency == 16 and repeat == 3
                 for gpu, server in gpus.items():
-                    phases.append({"kind": "serving", "config": config, "concurrency": concurrency, "repeat": repeat,
-                                   "warmup": False, "phase_start": t, "phase_end": t + 10, "gpu_index": gpu,
-                                   "server": server, "samples": 10, "mean_power_w": 300.0, "energy_j": 3000.0,
-                                   "throttled": hot and gpu == 1,
-                                   "throttle_reasons": "hw_slowdown" if hot and gpu == 1 else ""})  # fmt: skip
+                    phases.append(
+                        {
+                            "kind": "serving",
+                            "config": config,
+                            "concurrency": concurrency,
+                            "repeat": repeat,
+                            "warmup": False,
+                            "phase_start": t,
+                            "phase_end": t + 10,
+                            "gpu_index": gpu,
+                            "server": server,
+                            "samples": 10,
+                            "mean_power_w": 300.0,
+                            "energy_j": 3000.0,
+                            "throttled": hot and gpu == 1,
+                            "throttle_reasons": "hw_slowdown" if hot and gpu == 1 else "",
+                        }
+                    )
                 t += 12
     for second in range(int(t - start) + 5):
         for gpu in range(4):
             busy = 90.0 if gpu != 0 else 5.0
-            samples.append({"t": start + second, "index": gpu, "uuid": f"GPU-{gpu}", "power_w": 100.0 + 50 * gpu,
-                            "sm_mhz": 1980.0, "util_gpu_pct": busy, "mem_used_mib": 1000.0})  # fmt: skip
+            samples.append(
+                {
+                    "t": start + second,
+                    "index": gpu,
+                    "uuid": f"GPU-{gpu}",
+                    "power_w": 100.0 + 50 * gpu,
+                    "sm_mhz": 1980.0,
+                    "util_gpu_pct": busy,
+                    "mem_used_mib": 1000.0,
+                }
+            )
     return samples, phases
 
 
@@ -63,18 +85,58 @@ def search_record() -> dict:
     """A load search of the pd config: pass at 8 and 12, fail at 16 and 14, undecided once at 12 (repeated)."""
 
     def step(load: int, repeat: int, verdict: str, p99: float) -> dict:
-        check = {"key": "p99_ttft_ms", "limit": 2000.0, "n": 400, "estimate": p99, "lower": p99 * 0.9,
-                 "upper": p99 * 1.1, "verdict": verdict}  # fmt: skip
-        return {"load": load, "repeat": repeat, "verdict": verdict, "requests": 400, "pooled": 400 * repeat,
-                "failed": 0, "seconds": 30.0, "duration_s": 28.0, "goodput_rps": 3.0, "checks": [check]}  # fmt: skip
+        check = {
+            "key": "p99_ttft_ms",
+            "limit": 2000.0,
+            "n": 400,
+            "estimate": p99,
+            "lower": p99 * 0.9,
+            "upper": p99 * 1.1,
+            "verdict": verdict,
+        }
+        return {
+            "load": load,
+            "repeat": repeat,
+            "verdict": verdict,
+            "requests": 400,
+            "pooled": 400 * repeat,
+            "failed": 0,
+            "seconds": 30.0,
+            "duration_s": 28.0,
+            "goodput_rps": 3.0,
+            "checks": [check],
+        }
 
-    trail = [step(1, 1, "pass", 200), step(2, 1, "pass", 300), step(4, 1, "pass", 500), step(8, 1, "pass", 900),
-             step(16, 1, "fail", 4000), step(12, 1, "undecided", 1950), step(12, 2, "pass", 1700),
-             step(14, 1, "fail", 2600)]  # fmt: skip
-    return {"config": "pd", "over": "concurrency", "range": [1, 64], "slo": {"p99_ttft_ms": 2000}, "confidence": 0.95,
-            "precision": 0.2, "prompts_per_probe": 400, "repeats": 3, "budget": {"probes": 30, "seconds": 3600},
-            "reason": "converged", "pass_load": 12, "fail_load": 14, "fail_verdict": "fail", "probes": len(trail),
-            "loads": 7, "seconds": 240.0, "goodput_rps": 3.0, "trail": trail}  # fmt: skip
+    trail = [
+        step(1, 1, "pass", 200),
+        step(2, 1, "pass", 300),
+        step(4, 1, "pass", 500),
+        step(8, 1, "pass", 900),
+        step(16, 1, "fail", 4000),
+        step(12, 1, "undecided", 1950),
+        step(12, 2, "pass", 1700),
+        step(14, 1, "fail", 2600),
+    ]
+    return {
+        "config": "pd",
+        "over": "concurrency",
+        "range": [1, 64],
+        "slo": {"p99_ttft_ms": 2000},
+        "confidence": 0.95,
+        "precision": 0.2,
+        "prompts_per_probe": 400,
+        "repeats": 3,
+        "budget": {"probes": 30, "seconds": 3600},
+        "reason": "converged",
+        "pass_load": 12,
+        "fail_load": 14,
+        "fail_verdict": "fail",
+        "probes": len(trail),
+        "loads": 7,
+        "seconds": 240.0,
+        "goodput_rps": 3.0,
+        "trail": trail,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +169,14 @@ def filled(tmp_path_factory):
         for hour in (0, 12):
             run = night_run("moe_sweep", night, run_type="scheduled" if hour == 0 else "manual")
             when = run.started_at + timedelta(hours=hour)
-            run = type(run)(**{**vars(run), "started_at": when, "logical_date": when,
-                               "run_id": f"{run.run_type}__{when.isoformat()}"})  # fmt: skip
+            run = type(run)(
+                **{
+                    **vars(run),
+                    "started_at": when,
+                    "logical_date": when,
+                    "run_id": f"{run.run_type}__{when.isoformat()}",
+                }
+            )
             rows = []
             for m in SWEEP:
                 tok = 1000.0 * m * (1 + rng.gauss(0, 0.02))
@@ -118,15 +186,21 @@ def filled(tmp_path_factory):
             warehouse.load(run, KERNEL, rows)
     for night in (1, 0):
         rows = [
-            {"seq": i, "metric": metric, "value": value * (1 + 0.01 * night + 0.01 * rep), "unit": unit, "line": i + 1,
-             "case_key": str(batch)}
+            {
+                "seq": i,
+                "metric": metric,
+                "value": value * (1 + 0.01 * night + 0.01 * rep),
+                "unit": unit,
+                "line": i + 1,
+                "case_key": str(batch),
+            }
             for i, (metric, unit, batch, value, rep) in enumerate(
                 (metric, unit, batch, value * batch, rep)
                 for metric, unit, value in (("latency", "ms", 2.0), ("throughput", "items/s", 50.0))
                 for batch in (1, 4, 16)
                 for rep in (0, 1, 2)
             )
-        ]  # fmt: skip
+        ]
         warehouse.load(night_run("generic_tool", night), GENERIC, rows)
     return tonight, tmp_path
 
@@ -144,8 +218,11 @@ def client(filled, monkeypatch):
 
 def figures(page: str) -> list[dict]:
     """Every chart of a page, as the figure JSON its loader hands to Plotly."""
-    found = re.findall(r'<figure class="plot[^"]*"><div class="plot-area"></div><script type="application/json">'
-                       r"(.*?)</script>", page)  # fmt: skip
+    found = re.findall(
+        r'<figure class="plot[^"]*"><div class="plot-area"></div><script type="application/json">'
+        r"(.*?)</script>",
+        page,
+    )
     return [json.loads(text) for text in found]
 
 
@@ -171,13 +248,19 @@ def test_every_chart_reads_the_same_from_duckdb_and_postgres(backend):
     warehouse = backend
 
     run = night_run("serving_pg", 0)
-    rows = [{**serving_row(c, level, 100.0 * level + r), "repeat": r, "j_per_token": 0.1} for c in ("pd", "tp4")
-            for level in (1, 8) for r in (1, 2)]  # fmt: skip
+    rows = [
+        {**serving_row(c, level, 100.0 * level + r), "repeat": r, "j_per_token": 0.1}
+        for c in ("pd", "tp4")
+        for level in (1, 8)
+        for r in (1, 2)
+    ]
     samples, phases = telemetry_rows(run.started_at.timestamp())
     side = {"serving_search": [search_record()], "telemetry_samples": samples, "telemetry_phase_gpus": phases}
     warehouse.load(run, SERVING, rows, None, side)
-    generic = [{"seq": i, "metric": "latency", "value": 1.0 + i, "unit": "ms", "line": i + 1, "case_key": "4"}
-               for i in range(3)]  # fmt: skip
+    generic = [
+        {"seq": i, "metric": "latency", "value": 1.0 + i, "unit": "ms", "line": i + 1, "case_key": "4"}
+        for i in range(3)
+    ]
     warehouse.load(night_run("generic_pg", 0), GENERIC, generic)
     timeline = queries.telemetry_timeline(warehouse, run.dag_id, run.run_id, buckets=20)
     assert set(timeline["gpu_index"]) == {0, 1, 2, 3} and len(timeline) <= 4 * 21

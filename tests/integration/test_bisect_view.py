@@ -53,8 +53,15 @@ def finished_bisection() -> Bisection:
         level = 100.0 * (1.2 if int(sha, 16) >= 11 else 1.0)
         return [level * rng.lognormvariate(0, 0.03) for _ in range(5)]
 
-    meta = {"campaign": "toy", "campaign_dag_id": "bench_toy", "case": "m=16", "metric": "us_per_token",
-            "good_sha": OLD, "bad_sha": NEW, "runs": {}}  # fmt: skip
+    meta = {
+        "campaign": "toy",
+        "campaign_dag_id": "bench_toy",
+        "case": "m=16",
+        "metric": "us_per_token",
+        "good_sha": OLD,
+        "bad_sha": NEW,
+        "runs": {},
+    }
     bisection = Bisection(good=OLD, commits=SHAS[1:], better="lower", repeats=5, meta=meta)
     for n in (8, 13):
         bisection.seed(SHAS[n - 1], measure(SHAS[n - 1]), f"scheduled__night-{n}")

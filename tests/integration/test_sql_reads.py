@@ -67,8 +67,16 @@ def backend(request, tmp_path):
         writer = Warehouse.at(tmp_path / "wh.duckdb")
         writer.migrate()
         writer.load(record(), KERNEL, ROWS)
-        yield request.param, writer, {**os.environ, "AIRFLOW_CONN_BENCH_WAREHOUSE": json.dumps(
-            {"conn_type": "duckdb", "host": str(tmp_path / "wh.duckdb")})}  # fmt: skip
+        yield (
+            request.param,
+            writer,
+            {
+                **os.environ,
+                "AIRFLOW_CONN_BENCH_WAREHOUSE": json.dumps(
+                    {"conn_type": "duckdb", "host": str(tmp_path / "wh.duckdb")}
+                ),
+            },
+        )
         return
     writer, schema, reader = postgres_warehouse()
     yield request.param, writer, {**os.environ, "AIRFLOW_CONN_BENCH_WAREHOUSE": postgres_conn(schema, reader)}
@@ -144,11 +152,15 @@ def test_a_read_that_writes_through_a_function_is_refused_by_postgresql(attack, 
     writer, schema, reader = postgres_warehouse()
     leak = tmp_path / "leak"
     try:
-        refused = sql({**os.environ, "AIRFLOW_CONN_BENCH_WAREHOUSE": postgres_conn(schema, reader)},
-                        attack.format(leak=leak))  # fmt: skip
+        refused = sql(
+            {**os.environ, "AIRFLOW_CONN_BENCH_WAREHOUSE": postgres_conn(schema, reader)}, attack.format(leak=leak)
+        )
         assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stdout
-        assert "read-only transaction" in refused.stderr or "permission denied" in refused.stderr or (
-            "read-write mode must be set before any query" in refused.stderr), refused.stderr  # fmt: skip
+        assert (
+            "read-only transaction" in refused.stderr
+            or "permission denied" in refused.stderr
+            or ("read-write mode must be set before any query" in refused.stderr)
+        ), refused.stderr
         assert not leak.exists()
         intact(writer)
     finally:
@@ -186,10 +198,19 @@ def test_the_backends_refuse_a_write_the_check_let_through(backend, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "text", ["SELECT 1", "  -- a note\n  select count(*) from runs ;  ", "WITH a AS (SELECT 1 AS x) SELECT x FROM a",
-             "VALUES (1, 'a')", "EXPLAIN SELECT * FROM runs", "SHOW search_path", "TABLE runs", "FROM runs",
-             "SELECT count(*) AS deleted FROM runs WHERE detail NOT LIKE '%DELETE%'"],
-)  # fmt: skip
+    "text",
+    [
+        "SELECT 1",
+        "  -- a note\n  select count(*) from runs ;  ",
+        "WITH a AS (SELECT 1 AS x) SELECT x FROM a",
+        "VALUES (1, 'a')",
+        "EXPLAIN SELECT * FROM runs",
+        "SHOW search_path",
+        "TABLE runs",
+        "FROM runs",
+        "SELECT count(*) AS deleted FROM runs WHERE detail NOT LIKE '%DELETE%'",
+    ],
+)
 def test_reads_pass_the_check(text):
     assert check(text) == text.strip().rstrip(";").strip()  # raises RefusedStatement for anything else
 

@@ -44,8 +44,10 @@ def dags(tmp_path_factory):
     (folder / "floats.yaml").write_text(KERNEL)
     shutil.copy(CAMPAIGNS / "serving_local.yaml", folder / "serving_local.yaml")
     built = {name: load_and_build(folder / f"{name}.yaml")[1] for name in ("floats", "serving_local")}
-    served = {name: DagSerialization.from_dict(json.loads(json.dumps(DagSerialization.to_dict(dag))))
-              for name, dag in built.items()}  # fmt: skip
+    served = {
+        name: DagSerialization.from_dict(json.loads(json.dumps(DagSerialization.to_dict(dag))))
+        for name, dag in built.items()
+    }
     return built, served
 
 

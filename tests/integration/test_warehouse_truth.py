@@ -109,8 +109,14 @@ def test_the_view_and_bench_runs_reads_answer_on_postgresql(tmp_path, monkeypatc
     assert detect(writer, tonight.dag_id, tonight.run_id, RegressionLimits())
     serving = night_run("serving_two", 0)
     writer.load(serving, SERVING, [serving_row(c, n, 100.0 * n) for c in ("tp4", "pd") for n in (1, 8)])
-    conn = {"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres",
-            "schema": PG_URI.rsplit("/", 1)[1], "extra": {"search_path": schema}}  # fmt: skip
+    conn = {
+        "conn_type": "postgres",
+        "host": "127.0.0.1",
+        "port": 5432,
+        "login": "postgres",
+        "schema": PG_URI.rsplit("/", 1)[1],
+        "extra": {"search_path": schema},
+    }
     monkeypatch.setenv("AIRFLOW_CONN_BENCH_WAREHOUSE", json.dumps(conn))
     app.dependency_overrides[signed_in] = lambda: None
     try:
@@ -163,7 +169,10 @@ def test_an_sglang_run_keeps_request_rate_inf_and_gets_failed_from_its_requests(
         [run.run_id],
     ).to_dict("records")
     assert [(r["concurrency"], r["request_rate"], r["failed"]) for r in stored] == [
-        (1, float("inf"), 0), (4, float("inf"), 0), (8, float("inf"), 1)]  # fmt: skip
+        (1, float("inf"), 0),
+        (4, float("inf"), 0),
+        (8, float("inf"), 1),
+    ]
     assert {r["started_at"].timestamp() for r in stored} == {run.started_at.timestamp()}  # the run's time, per row
 
 
@@ -189,8 +198,9 @@ def test_nan_is_stored_as_null_naming_its_columns_and_infinities_stay(warehouse,
     (store / "bench.log").write_text(
         "M ms/call tok/s us/token kernel_ms\n1 0.5 2000 500 nan\n2 1.0 2000 500 inf\n4 2.0 2000 500 -inf\nALL_DONE\n"
     )
-    parsed = pipeline.parse(pipeline.Fetched(str(store), ["bench.log"], [], ["bench.log"]), KERNEL, None, "ALL_DONE",
-                            {}, {})  # fmt: skip
+    parsed = pipeline.parse(
+        pipeline.Fetched(str(store), ["bench.log"], [], ["bench.log"]), KERNEL, None, "ALL_DONE", {}, {}
+    )
     assert "1 value was NaN (or infinite where no infinity fits): stored as null in kernel_ms (1)" in parsed.detail
     warehouse.load(record(), KERNEL, artifacts.read_rows(parsed.store))
     stored = warehouse.query("SELECT m, kernel_ms FROM kernel_results ORDER BY m")

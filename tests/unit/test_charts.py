@@ -137,15 +137,38 @@ def test_kernel_sweeps_against_m_are_log_with_a_tick_per_size():
 
 def test_the_load_search_chart_has_bounds_slo_answer_and_bracket():
     def step(load, verdict, estimate, repeat=1):
-        check = {"key": "p99_ttft_ms", "limit": 2000, "n": 400, "estimate": estimate, "lower": estimate - 50,
-                 "upper": None if verdict == "fail" else estimate + 80, "verdict": verdict}  # fmt: skip
+        check = {
+            "key": "p99_ttft_ms",
+            "limit": 2000,
+            "n": 400,
+            "estimate": estimate,
+            "lower": estimate - 50,
+            "upper": None if verdict == "fail" else estimate + 80,
+            "verdict": verdict,
+        }
         return {"load": load, "repeat": repeat, "verdict": verdict, "pooled": 400, "checks": [check]}
 
-    trail = [step(1, "pass", 100), step(2, "pass", 200), step(4, "fail", 3000), step(3, "undecided", 1990),
-             step(3, "pass", 1900, 2)]  # fmt: skip
-    result = {"config": "pd", "over": "concurrency", "slo": json.dumps({"p99_ttft_ms": 2000}), "reason": "converged",
-              "pass_load": 3.0, "fail_load": 4.0, "fail_verdict": "fail", "probes": 5, "loads": 4, "seconds": 60.0,
-              "goodput_rps": 2.5, "trail": json.dumps(trail)}  # fmt: skip
+    trail = [
+        step(1, "pass", 100),
+        step(2, "pass", 200),
+        step(4, "fail", 3000),
+        step(3, "undecided", 1990),
+        step(3, "pass", 1900, 2),
+    ]
+    result = {
+        "config": "pd",
+        "over": "concurrency",
+        "slo": json.dumps({"p99_ttft_ms": 2000}),
+        "reason": "converged",
+        "pass_load": 3.0,
+        "fail_load": 4.0,
+        "fail_verdict": "fail",
+        "probes": 5,
+        "loads": 4,
+        "seconds": 60.0,
+        "goodput_rps": 2.5,
+        "trail": json.dumps(trail),
+    }
     fig, caption = charts_pages.search_chart(result, "run1")
     data = as_json(fig)
     traces = {t["name"]: t for t in data["data"]}
@@ -162,29 +185,56 @@ def test_the_load_search_chart_has_bounds_slo_answer_and_bracket():
 
 
 def test_a_search_without_an_answer_says_so():
-    result = {"config": "pd", "over": "concurrency", "slo": "{}", "reason": "range", "pass_load": None,
-              "fail_load": 1.0, "fail_verdict": "fail", "trail": "[]"}  # fmt: skip
+    result = {
+        "config": "pd",
+        "over": "concurrency",
+        "slo": "{}",
+        "reason": "range",
+        "pass_load": None,
+        "fail_load": 1.0,
+        "fail_verdict": "fail",
+        "trail": "[]",
+    }
     data = as_json(charts_pages.search_chart(result)[0])
     assert "no load passed" in data["layout"]["title"]["text"]
 
 
 def test_the_telemetry_timeline_has_three_rows_with_units_gpus_of_the_servers_and_phases():
     samples = pd.DataFrame(
-        [{"gpu_index": g, "t": 100.0 + s, "power_w": 300.0, "util_gpu_pct": 50.0, "sm_mhz": 1900.0, "samples": 5}
-         for g in range(3) for s in range(40)]
-    )  # fmt: skip
+        [
+            {"gpu_index": g, "t": 100.0 + s, "power_w": 300.0, "util_gpu_pct": 50.0, "sm_mhz": 1900.0, "samples": 5}
+            for g in range(3)
+            for s in range(40)
+        ]
+    )
     phases = pd.DataFrame(
-        [{"config": "pd", "concurrency": c, "repeat": 1, "warmup": False, "dtype": None, "m": None,
-          "phase_start": 100.0 + 10 * i, "phase_end": 108.0 + 10 * i, "gpu_index": g, "server": server,
-          "throttled": c == 8 and g == 1, "throttle_reasons": "hw_slowdown" if c == 8 and g == 1 else ""}
-         for i, c in enumerate((1, 8)) for g, server in ((0, "prefill"), (1, "decode"), (2, None))]
-    )  # fmt: skip
+        [
+            {
+                "config": "pd",
+                "concurrency": c,
+                "repeat": 1,
+                "warmup": False,
+                "dtype": None,
+                "m": None,
+                "phase_start": 100.0 + 10 * i,
+                "phase_end": 108.0 + 10 * i,
+                "gpu_index": g,
+                "server": server,
+                "throttled": c == 8 and g == 1,
+                "throttle_reasons": "hw_slowdown" if c == 8 and g == 1 else "",
+            }
+            for i, c in enumerate((1, 8))
+            for g, server in ((0, "prefill"), (1, "decode"), (2, None))
+        ]
+    )
     fig, caption = charts_pages.telemetry_chart(samples, phases, "config pd", "run1")
     data = as_json(fig)
     assert {t["name"] for t in data["data"]} == {"GPU 0 (prefill)", "GPU 1 (decode)"}  # GPU 2 is no server's
     assert [data["layout"][f"yaxis{i}"]["title"]["text"] for i in ("", "2", "3")] == [
-        "power_w (W)", "util_gpu_pct (%)", "sm_mhz (MHz)"
-    ]  # fmt: skip
+        "power_w (W)",
+        "util_gpu_pct (%)",
+        "sm_mhz (MHz)",
+    ]
     assert all(data["layout"][f"xaxis{i}"]["type"] == "date" for i in ("", "2", "3"))
     rects = data["layout"]["shapes"]
     assert len(rects) == 2 and sum(r["fillcolor"] == "#feb2b2" for r in rects) == 1
@@ -196,14 +246,32 @@ def test_the_telemetry_timeline_has_three_rows_with_units_gpus_of_the_servers_an
 
 def test_a_kernel_runs_telemetry_is_one_timeline_of_every_gpu_with_its_sizes_as_phases():
     samples = pd.DataFrame(
-        [{"gpu_index": g, "t": 10.0 + s, "power_w": 200.0, "util_gpu_pct": 99.0, "sm_mhz": 1800.0, "samples": 1}
-         for g in range(2) for s in range(20)]
-    )  # fmt: skip
+        [
+            {"gpu_index": g, "t": 10.0 + s, "power_w": 200.0, "util_gpu_pct": 99.0, "sm_mhz": 1800.0, "samples": 1}
+            for g in range(2)
+            for s in range(20)
+        ]
+    )
     phases = pd.DataFrame(
-        [{"config": None, "concurrency": None, "repeat": None, "warmup": None, "dtype": "bf16", "m": m,
-          "phase_start": 10.0 + 5 * i, "phase_end": 14.0 + 5 * i, "gpu_index": g, "server": None, "throttled": False,
-          "throttle_reasons": ""} for i, m in enumerate((1, 64)) for g in range(2)]
-    )  # fmt: skip
+        [
+            {
+                "config": None,
+                "concurrency": None,
+                "repeat": None,
+                "warmup": None,
+                "dtype": "bf16",
+                "m": m,
+                "phase_start": 10.0 + 5 * i,
+                "phase_end": 14.0 + 5 * i,
+                "gpu_index": g,
+                "server": None,
+                "throttled": False,
+                "throttle_reasons": "",
+            }
+            for i, m in enumerate((1, 64))
+            for g in range(2)
+        ]
+    )
     fig, caption = charts_pages.telemetry_chart(samples, phases, "the run")
     data = as_json(fig)
     assert {t["name"] for t in data["data"]} == {"GPU 0", "GPU 1"}  # no server named: every GPU sampled

@@ -88,8 +88,18 @@ def test_an_sglang_result_without_a_failed_count_gets_one_from_its_errors(tmp_pa
     """SGLang saves ``completed`` and, with --output-details, one ``errors`` entry per request, but no failed count:
     the --out record gets ``failed`` = requests - completed (vLLM's own count is kept as it is)."""
     result = tmp_path / "phase_c8_r1.json"
-    result.write_text(json.dumps({"completed": 2, "duration": 1.0, "errors": ["", "HTTP 503", ""],
-                                  "ttfts": [0.01, 0.0, 0.02], "itls": [[0.001], [], [0.001]]}) + "\n")  # fmt: skip
+    result.write_text(
+        json.dumps(
+            {
+                "completed": 2,
+                "duration": 1.0,
+                "errors": ["", "HTTP 503", ""],
+                "ttfts": [0.01, 0.0, 0.02],
+                "itls": [[0.001], [], [0.001]],
+            }
+        )
+        + "\n"
+    )
     out = tmp_path / "results.jsonl"
     sweep.keep_results(args("--out", str(out)), sweep.Phase(8, 3, 1), result, {"exited": 0.0})
     saved = json.loads(out.read_text())

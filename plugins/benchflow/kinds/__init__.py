@@ -241,8 +241,9 @@ def telemetry_columns(types: Mapping[str, ColumnType]) -> tuple[Column, ...]:
     """Columns the telemetry adds to a kind (:mod:`benchflow.telemetry.columns`), with their units."""
     from benchflow.telemetry.columns import UNITS
 
-    return tuple(Column(name, kind, UNITS.get(name, ""), digits=3 if kind == "float" else None)
-                 for name, kind in types.items())  # fmt: skip
+    return tuple(
+        Column(name, kind, UNITS.get(name, ""), digits=3 if kind == "float" else None) for name, kind in types.items()
+    )
 
 
 def _telemetry_tables() -> tuple[SideTable, ...]:

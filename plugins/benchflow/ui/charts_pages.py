@@ -245,11 +245,25 @@ def measure_figures(warehouse: Warehouse, kind: ResultKind, run: Any, href: Call
         points = []
         for case in cases:
             s = summarize(list(rows[rows["case_key"] == case]["value"].astype(float)))
-            points.append(Point(place(case), s.mean, s.ci_low, s.ci_high, s.n, str(run["run_id"]),
-                                href(run["dag_id"], run["run_id"])))  # fmt: skip
+            points.append(
+                Point(
+                    place(case),
+                    s.mean,
+                    s.ci_low,
+                    s.ci_high,
+                    s.n,
+                    str(run["run_id"]),
+                    href(run["dag_id"], run["run_id"]),
+                )
+            )
         title = f"{metric} ({unit})" if unit else str(metric)
-        fig = charts.line_chart([Series(str(metric), points)], x, value_axis(title, [p.y for p in points]),
-                                f"{metric} (latest valid run)", unit)  # fmt: skip
+        fig = charts.line_chart(
+            [Series(str(metric), points)],
+            x,
+            value_axis(title, [p.y for p in points]),
+            f"{metric} (latest valid run)",
+            unit,
+        )
         out.append(charts.render(fig, "mean of the matches of each case, bars: 95 % interval"))
     return out
 
@@ -266,12 +280,28 @@ def measure_trend_figures(warehouse: Warehouse, kind: ResultKind, name: str, hre
             points = []
             for r in rows.itertuples():
                 low, high = _interval(float(r.value), _f(r.std), int(r.n))
-                points.append(Point(when(r.run_at), float(r.value), low, high, int(r.n), str(r.run_id),
-                                    href(r.dag_id, r.run_id), note=f"night {r.night}"))  # fmt: skip
+                points.append(
+                    Point(
+                        when(r.run_at),
+                        float(r.value),
+                        low,
+                        high,
+                        int(r.n),
+                        str(r.run_id),
+                        href(r.dag_id, r.run_id),
+                        note=f"night {r.night}",
+                    )
+                )
             series.append(Series(str(case) or str(metric), points))
         title = f"{metric} ({unit})" if unit else str(metric)
-        fig = charts.line_chart(series, Axis(RUN_TIME, "date"), value_axis(title, part["value"].astype(float)),
-                                f"{metric}: trend", unit, legend=kind.measures.case)  # fmt: skip
+        fig = charts.line_chart(
+            series,
+            Axis(RUN_TIME, "date"),
+            value_axis(title, part["value"].astype(float)),
+            f"{metric}: trend",
+            unit,
+            legend=kind.measures.case,
+        )
         out.append(charts.render(fig, f"{len(series)} series, each a case"))
     return out
 
@@ -359,8 +389,17 @@ def search_chart(result: dict[str, Any], run_id: str = "") -> tuple[go.Figure, s
                 col=col,
             )
         if pass_load is not None and fail_load is not None:
-            fig.add_vrect(x0=pass_load, x1=fail_load, fillcolor="#fbd38d", opacity=0.3, line_width=0, row=1, col=col,
-                          name=f"bracket {number(pass_load)} – {number(fail_load)}", showlegend=col == 1)  # fmt: skip
+            fig.add_vrect(
+                x0=pass_load,
+                x1=fail_load,
+                fillcolor="#fbd38d",
+                opacity=0.3,
+                line_width=0,
+                row=1,
+                col=col,
+                name=f"bracket {number(pass_load)} – {number(fail_load)}",
+                showlegend=col == 1,
+            )
         if pass_load is not None:
             fig.add_vline(
                 x=pass_load,
@@ -372,12 +411,24 @@ def search_chart(result: dict[str, Any], run_id: str = "") -> tuple[go.Figure, s
             )
         if fail_load is not None:
             lowest = f"lowest {result.get('fail_verdict')}: {number(fail_load)}"
-            fig.add_vline(x=fail_load, line={"color": charts.MARK, "width": 1, "dash": "dot"}, row=1, col=col,
-                          name=lowest, showlegend=col == 1)  # fmt: skip
+            fig.add_vline(
+                x=fail_load,
+                line={"color": charts.MARK, "width": 1, "dash": "dot"},
+                row=1,
+                col=col,
+                name=lowest,
+                showlegend=col == 1,
+            )
         fig.update_xaxes(x.layout(), row=1, col=col)
         y_title = f"{key} ({slo_unit(key)})" if slo_unit(key) else key
-        values = [v for s in trail for c in s.get("checks", []) if c.get("key") == key
-                  for v in (_f(c.get("estimate")), _f(c.get("upper"))) if v is not None]  # fmt: skip
+        values = [
+            v
+            for s in trail
+            for c in s.get("checks", [])
+            if c.get("key") == key
+            for v in (_f(c.get("estimate")), _f(c.get("upper")))
+            if v is not None
+        ]
         fig.update_yaxes(value_axis(y_title, values + ([limit] if limit is not None else [])).layout(), row=1, col=col)
     config = str(result.get("config"))
     answer = f"answer {number(pass_load)}" if pass_load is not None else "no load passed"
@@ -411,8 +462,11 @@ def _samples_column(name: str) -> Column:
 
 
 def phase_label(row: Any) -> str:
-    parts = [f"{k}={number(v) if isinstance(v, float) else v}" for k in PHASE_KEYS
-             if (v := getattr(row, k, None)) is not None and v == v]  # fmt: skip
+    parts = [
+        f"{k}={number(v) if isinstance(v, float) else v}"
+        for k in PHASE_KEYS
+        if (v := getattr(row, k, None)) is not None and v == v
+    ]
     return ", ".join(parts) + (" (warm-up)" if _true(getattr(row, "warmup", False)) else "")
 
 
@@ -484,20 +538,39 @@ def telemetry_chart(samples: pd.DataFrame, phases: pd.DataFrame, what: str, run_
     for number_, r in enumerate(shaded.itertuples()):
         hot = (r.phase_start, r.phase_end) in throttled
         shapes.append(
-            {"type": "rect", "xref": "x", "yref": "paper", "x0": clock(float(r.phase_start)), "y0": 0,
-             "x1": clock(float(r.phase_end)), "y1": 1, "line": {"width": 0}, "layer": "below", "opacity": 0.45,
-             "fillcolor": "#feb2b2" if hot else ("#bee3f8" if number_ % 2 == 0 else "#e9d8fd")}
-        )  # fmt: skip
+            {
+                "type": "rect",
+                "xref": "x",
+                "yref": "paper",
+                "x0": clock(float(r.phase_start)),
+                "y0": 0,
+                "x1": clock(float(r.phase_end)),
+                "y1": 1,
+                "line": {"width": 0},
+                "layer": "below",
+                "opacity": 0.45,
+                "fillcolor": "#feb2b2" if hot else ("#bee3f8" if number_ % 2 == 0 else "#e9d8fd"),
+            }
+        )
         if len(shaded) <= 40:
             same = phases[(phases["phase_start"] == r.phase_start) & (phases["phase_end"] == r.phase_end)]
             reasons = sorted({str(v) for v in same["throttle_reasons"] if isinstance(v, str) and v})
             notes.append(
-                {"x": clock((float(r.phase_start) + float(r.phase_end)) / 2), "y": 1.0, "xref": "x", "yref": "paper",
-                 "yanchor": "bottom", "showarrow": False, "font": {"size": 9, "color": charts.MARK if hot else "#444"},
-                 "text": escape(phase_label(r).replace("concurrency=", "c=").replace("repeat=", "r")),
-                 "hovertext": escape(f"{phase_label(r)}: {clock(float(r.phase_start))} – {clock(float(r.phase_end))}"
-                                     + (f"; throttled: {', '.join(reasons)}" if hot else ""))}
-            )  # fmt: skip
+                {
+                    "x": clock((float(r.phase_start) + float(r.phase_end)) / 2),
+                    "y": 1.0,
+                    "xref": "x",
+                    "yref": "paper",
+                    "yanchor": "bottom",
+                    "showarrow": False,
+                    "font": {"size": 9, "color": charts.MARK if hot else "#444"},
+                    "text": escape(phase_label(r).replace("concurrency=", "c=").replace("repeat=", "r")),
+                    "hovertext": escape(
+                        f"{phase_label(r)}: {clock(float(r.phase_start))} – {clock(float(r.phase_end))}"
+                        + (f"; throttled: {', '.join(reasons)}" if hot else "")
+                    ),
+                }
+            )
     fig.update_layout(shapes=shapes, annotations=notes)  # one validation for all (add_vrect is one per call)
     fig.update_xaxes(type="date", hoverformat="%H:%M:%S.%L")
     fig.update_xaxes(title={"text": "t (UTC)"}, row=len(columns), col=1)

@@ -76,17 +76,25 @@ def _int_field(title: str, unit: str, maximum: int = 1 << 20) -> dict[str, Any]:
 
 FORM: dict[str, dict[str, Any]] = {
     "m_list": {
-        "type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 65536}, "minItems": 1, "maxItems": 64,
+        "type": "array",
+        "items": {"type": "integer", "minimum": 1, "maximum": 65536},
+        "minItems": 1,
+        "maxItems": 64,
         "title": "Token counts M (tokens per call)",
         "description": "The token counts M to sweep, one measured case each. Unit: tokens per kernel call.",
         "section": SWEEP,
     },
     "dtype": {
-        "type": "string", "enum": ["bf16", "fp16", "fp32", "fp8"], "title": "Weights dtype",
-        "description": "Data type of the weights and activations. Unit: none (a dtype name).", "section": RUN,
+        "type": "string",
+        "enum": ["bf16", "fp16", "fp32", "fp8"],
+        "title": "Weights dtype",
+        "description": "Data type of the weights and activations. Unit: none (a dtype name).",
+        "section": RUN,
     },
     "impl": {
-        "type": "string", "enum": ["auto", "triton", "torch"], "title": "Kernel implementation",
+        "type": "string",
+        "enum": ["auto", "triton", "torch"],
+        "title": "Kernel implementation",
         "description": "Which implementation runs: auto picks Triton on a GPU, torch elsewhere. Unit: none.",
         "section": RUN,
     },
@@ -94,7 +102,7 @@ FORM: dict[str, dict[str, Any]] = {
     "hidden": _int_field("Hidden size", "elements"),
     "inter": _int_field("Intermediate size", "elements"),
     "topk": _int_field("Experts per token, top-k", "experts per token", 64),
-}  # fmt: skip
+}
 
 
 def case_conf(case_key: str, repeats: int) -> dict[str, Any]:

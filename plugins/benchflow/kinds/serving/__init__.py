@@ -133,12 +133,25 @@ def _bars(measured: pd.DataFrame, title: str) -> Any:
 
 
 UNITS = {
-    "concurrency": "requests", "num_prompts": "prompts", "input_len": "tokens", "output_len": "tokens",
-    "completed": "requests", "failed": "requests", "duration_s": "s", "total_input_tokens": "tokens",
-    "total_output_tokens": "tokens", "request_throughput": "req/s", "input_throughput": "tok/s",
-    "output_throughput": "tok/s", "total_throughput": "tok/s", "peak_output_throughput": "tok/s",
-    "peak_concurrent_requests": "requests", "request_rate": "req/s", "goodput": "req/s", "accept_length": "tokens",
-}  # fmt: skip
+    "concurrency": "requests",
+    "num_prompts": "prompts",
+    "input_len": "tokens",
+    "output_len": "tokens",
+    "completed": "requests",
+    "failed": "requests",
+    "duration_s": "s",
+    "total_input_tokens": "tokens",
+    "total_output_tokens": "tokens",
+    "request_throughput": "req/s",
+    "input_throughput": "tok/s",
+    "output_throughput": "tok/s",
+    "total_throughput": "tok/s",
+    "peak_output_throughput": "tok/s",
+    "peak_concurrent_requests": "requests",
+    "request_rate": "req/s",
+    "goodput": "req/s",
+    "accept_length": "tokens",
+}
 SHOWN_DIGITS = {"output_throughput": 1, "mean_ttft_ms": 2, "mean_tpot_ms": 2, "mean_itl_ms": 2, "mean_e2e_ms": 1}
 
 
@@ -184,26 +197,48 @@ def config_args(options: Any, config: Any) -> dict[str, Any]:
 
 _LEVELS = {"type": "array", "minItems": 1, "maxItems": 64}
 FORM: dict[str, dict[str, Any]] = {
-    "concurrency": {**_LEVELS, "items": {"type": "integer", "minimum": 1, "maximum": 4096},
-                    "title": "Concurrency levels (requests in flight)",
-                    "description": "Client concurrency of each phase. Unit: requests in flight at once. "
-                                   "Goes with Prompts per phase by position (the n-th prompts count is for the "
-                                   "n-th level): change both together, as lists of one length; a run that "
-                                   "changes the levels alone, or gives two lengths, is refused before it starts.",
-                    "section": SWEEP},
-    "prompts": {**_LEVELS, "items": {"type": "integer", "minimum": 1, "maximum": 100000},
-                "title": "Prompts per phase (prompts)",
-                "description": "Prompts sent in each phase, one number per concurrency level, in the same "
-                               "order (as many numbers as levels). Unit: prompts.",
-                "section": SWEEP},
-    "input_len": {"type": "integer", "minimum": 1, "maximum": 1048576, "title": "Input length (tokens)",
-                  "description": "Input tokens of every prompt. Unit: tokens.", "section": SWEEP},
-    "output_len": {"type": "integer", "minimum": 1, "maximum": 1048576, "title": "Output length (tokens)",
-                   "description": "Output tokens generated per prompt. Unit: tokens.", "section": SWEEP},
-    "client": {"type": "string", "enum": ["local", "sglang", "vllm"], "title": "Benchmark client",
-               "description": "The load generator that drives the servers. Unit: none (a client name).",
-               "section": SERVER},
-}  # fmt: skip
+    "concurrency": {
+        **_LEVELS,
+        "items": {"type": "integer", "minimum": 1, "maximum": 4096},
+        "title": "Concurrency levels (requests in flight)",
+        "description": "Client concurrency of each phase. Unit: requests in flight at once. "
+        "Goes with Prompts per phase by position (the n-th prompts count is for the "
+        "n-th level): change both together, as lists of one length; a run that "
+        "changes the levels alone, or gives two lengths, is refused before it starts.",
+        "section": SWEEP,
+    },
+    "prompts": {
+        **_LEVELS,
+        "items": {"type": "integer", "minimum": 1, "maximum": 100000},
+        "title": "Prompts per phase (prompts)",
+        "description": "Prompts sent in each phase, one number per concurrency level, in the same "
+        "order (as many numbers as levels). Unit: prompts.",
+        "section": SWEEP,
+    },
+    "input_len": {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 1048576,
+        "title": "Input length (tokens)",
+        "description": "Input tokens of every prompt. Unit: tokens.",
+        "section": SWEEP,
+    },
+    "output_len": {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 1048576,
+        "title": "Output length (tokens)",
+        "description": "Output tokens generated per prompt. Unit: tokens.",
+        "section": SWEEP,
+    },
+    "client": {
+        "type": "string",
+        "enum": ["local", "sglang", "vllm"],
+        "title": "Benchmark client",
+        "description": "The load generator that drives the servers. Unit: none (a client name).",
+        "section": SERVER,
+    },
+}
 
 REQUESTS = SideTable(
     table="serving_requests",
@@ -232,9 +267,15 @@ def search_row(record: dict[str, Any]) -> dict[str, Any]:
     low, high = (record.get("range") or [None, None])[:2]
     budget = record.get("budget") or {}
     flat = {k: v for k, v in record.items() if k not in ("range", "budget", "slo", "trail")}
-    return {**flat, "range_low": low, "range_high": high, "budget_probes": budget.get("probes"),
-            "budget_seconds": budget.get("seconds"), "slo": json.dumps(record.get("slo") or {}, sort_keys=True),
-            "trail": json.dumps(record.get("trail") or [])}  # fmt: skip
+    return {
+        **flat,
+        "range_low": low,
+        "range_high": high,
+        "budget_probes": budget.get("probes"),
+        "budget_seconds": budget.get("seconds"),
+        "slo": json.dumps(record.get("slo") or {}, sort_keys=True),
+        "trail": json.dumps(record.get("trail") or []),
+    }
 
 
 SEARCH = SideTable(
