@@ -13,8 +13,10 @@ bench up [--port N] [--db D]              start Airflow for this project here (n
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -52,6 +54,25 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
+MAX_PARSE_BYTES = 256 * 2**20  # bench parse reads a benchmark's output whole: more than this is not one
+
+
+def read_output(path: Path) -> str:
+    """A benchmark output file's text; OSError for what is not a regular file (a FIFO would block, a device such
+    as /dev/zero never ends) or is larger than :data:`MAX_PARSE_BYTES`. The checks are made on the file opened
+    (non-blocking), not on its name, so the file read is the file checked."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, device or folder): nothing to parse")
+        if info.st_size > MAX_PARSE_BYTES:
+            raise OSError(
+                errno.EFBIG, f"{info.st_size} bytes, over the {MAX_PARSE_BYTES // 2**20} MiB bench parse reads"
+            )
+        return handle.read(MAX_PARSE_BYTES + 1).decode(errors="replace")
+
+
 def cmd_parse(args: argparse.Namespace) -> int:
     from benchflow import kinds
     from benchflow.parsing import ParseError, strict_row
@@ -69,7 +90,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
         kind, fmt, marker = spec.kind, spec.benchmark.format, spec.benchmark.marker
         options = spec.result_kind.parser_options(spec.benchmark)
     try:
-        text = path.read_text(errors="replace")
+        text = read_output(path)
         found, reader = kinds.resolve(text, kind, fmt)
         parsed = reader.parse(text, marker=marker, **options)
     except OSError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -209,3 +210,21 @@ def test_compare_refuses_an_ambiguous_side_names_its_runs_and_says_what_it_compu
 
     helped = subprocess.run([BENCH, "compare", "--help"], capture_output=True, text=True, env=env)
     assert "95 % interval" in " ".join(helped.stdout.split()) and "%%" not in helped.stdout
+
+
+def test_parse_refuses_what_is_not_a_benchmark_output_file_without_blocking(tmp_path):
+    """A FIFO would block a plain read forever, /dev/zero never ends (MemoryError), a sparse 257 MiB file is not
+    one benchmark's output: each is refused with exit code 2, naming the file, and no traceback."""
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.txt"
+    with huge.open("wb") as handle:
+        handle.truncate(257 * 2**20)
+    for path, why in (
+        (fifo, "not a regular file"),
+        ("/dev/zero", "not a regular file"),
+        (huge, "over the 256 MiB bench parse reads"),
+    ):
+        result = subprocess.run([BENCH, "parse", str(path)], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and f"{path}: " in result.stderr and why in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
