@@ -324,11 +324,13 @@ def test_the_chart_queries_never_write_the_warehouse(client):
 
 def test_a_trend_reads_the_newest_trend_runs_and_the_first_trend_cases_and_the_page_says_so(backend, monkeypatch):
     """``queries.TREND_RUNS`` and ``TREND_CASES`` made small: a kernel and a generic campaign of 5 valid runs of 4
-    cases each draw the newest 3 runs of the first 2 cases (text order: m=1, m=16), on both backends."""
+    cases each draw the newest 3 runs of the first 2 cases (text order: m=1, m=16), on both backends; ``CASES``
+    made small: the latest run against m draws its first 2 cases (m = 1, 4)."""
     from benchflow.ui import pages
 
     monkeypatch.setattr(queries, "TREND_RUNS", 3)
     monkeypatch.setattr(queries, "TREND_CASES", 2)
+    monkeypatch.setattr(queries, "CASES", 2)  # and a run's chart against m: its first 2 cases
     warehouse = backend
     for night in range(4, -1, -1):
         rows = [{"m": m, "ms_per_call": 1.0, "tok_per_s": 1e3 * m + night, "us_per_token": 1e3, "note": ""}
@@ -346,6 +348,8 @@ def test_a_trend_reads_the_newest_trend_runs_and_the_first_trend_cases_and_the_p
         assert [t["name"] for t in trend["data"]] == ["m=1", "m=16"]
         assert {h for t in trend["data"] for h in t["customdata"]} == {pages.run_href(*r) for r in newest}
     assert "trends show the newest 3 of 5 runs" in page and "trends show the first 2 of 4 cases" in page
+    against_m = titled(figures(page), "tok_per_s against m")[0]
+    assert [t["x"] for t in against_m["data"]] == [[1, 4]] and "the first 2 cases" in page
     page = pages.campaign(warehouse, "bounded_generic")
     trend = titled(figures(page), "latency: trend")[0]
     assert [t["name"] for t in trend["data"]] == ["1", "16"]

@@ -318,15 +318,21 @@ def trend_intervals(w: Warehouse, campaign: str, last: int | None = None) -> pd.
 
 
 def case_values(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str, metric: str) -> pd.DataFrame:
-    """Every measured repeat of ``metric`` in a run (warm-ups left out): its case columns, ``repeat``, ``value``
-    and ``validity`` (rows that are not ``ok`` are kept, for a chart to show them apart)."""
+    """Every measured repeat of ``metric`` in a run (warm-ups left out) of its first ``CASES`` cases (read when
+    called, as :func:`headline_by_case`): its case columns, ``repeat``, ``value`` and ``validity`` (rows that are
+    not ``ok`` are kept, for a chart to show them apart)."""
     p = w.p
     columns = ", ".join(kind.case)
+    ours = ", ".join(f"t.{c}" for c in kind.case)
+    same = " AND ".join(f"t.{c} IS NOT DISTINCT FROM c.{c}" for c in kind.case)
+    rows = f"{metric} IS NOT NULL AND {kindsql.measured_sql(kind)}"
     return w.query(
-        f"SELECT {columns}, {kindsql.repeat_sql(kind)} AS repeat, CAST({metric} AS DOUBLE PRECISION) AS value, "
-        f"{kindsql.validity_sql(kind)} AS validity FROM {kind.wide_view} WHERE dag_id = {p} AND run_id = {p} "
-        f"AND {metric} IS NOT NULL AND {kindsql.measured_sql(kind)} ORDER BY {columns}",
-        [dag_id, run_id],
+        f"SELECT {ours}, {kindsql.repeat_sql(kind)} AS repeat, CAST({metric} AS DOUBLE PRECISION) AS value, "
+        f"{kindsql.validity_sql(kind)} AS validity FROM {kind.wide_view} t "
+        f"JOIN (SELECT DISTINCT {columns} FROM {kind.wide_view} WHERE dag_id = {p} AND run_id = {p} AND {rows} "
+        f"ORDER BY {columns} LIMIT {p}) c ON {same} WHERE t.dag_id = {p} AND t.run_id = {p} AND {rows} "
+        f"ORDER BY {ours}",
+        [dag_id, run_id, int(CASES), dag_id, run_id],
     )
 
 
