@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from tests.e2e.conftest import campaign_dags, run_dag
-from tests.integration.test_benchmarks_view import NoDagsForSomeAuthManager, api_server, auth  # noqa: F401
+from tests.view_auth import api_server, auth  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -1,7 +1,10 @@
-"""The Benchmarks view's pages (benchflow.ui) over a DuckDB warehouse the test fills: a kernel campaign whose
-last night regressed, a serving campaign with two configs, repeats, a load search and GPU telemetry, a nightly
-M = 1…2048 sweep run twice a day, and a generic campaign; read through the published snapshot. The charts are
-read back from the page as the figure JSON the browser draws (and drawn by Chromium in the last test)."""
+"""The Benchmarks view's charts (benchflow.ui.charts_pages, drawn by Plotly) over a DuckDB warehouse the test
+fills: a kernel campaign whose last night regressed, a serving campaign with two configs, repeats, a load search
+and GPU telemetry, a nightly M = 1…2048 sweep run twice a day, and a generic campaign; read through the published
+snapshot. The charts are read back from the page as the figure JSON the browser draws (and drawn by Chromium in
+the last test); their queries run on DuckDB and PostgreSQL alike, and a trend reads the newest ``TREND_RUNS`` runs
+and the first ``TREND_CASES`` cases. Users sign in with real api-server tokens (tests/view_auth.py); the pages'
+tables, verdicts, permissions and bounds in rows and time are test_benchmarks_view.py's."""
 
 from __future__ import annotations
 
@@ -22,10 +25,11 @@ from fastapi.testclient import TestClient
 
 from benchflow import kinds
 from benchflow.spec import RegressionLimits
-from benchflow.ui import app, charts, signed_in
+from benchflow.ui import app, charts
 from benchflow.warehouse import Warehouse, queries
 from tests.conftest import PG_URI
 from tests.integration.test_analytics import KERNEL, SERVING, detect, fill_history, night_run, serving_row
+from tests.view_auth import auth  # noqa: F401
 
 pytestmark = pytest.mark.integration
 
@@ -206,14 +210,10 @@ def filled(tmp_path_factory):
 
 
 @pytest.fixture
-def client(filled, monkeypatch):
+def client(filled, monkeypatch, auth):  # noqa: F811
     tonight, tmp_path = filled
     monkeypatch.setenv("BENCH_VAR_DIR", str(tmp_path))
-    app.dependency_overrides[signed_in] = lambda: None
-    try:
-        yield TestClient(app), tonight, tmp_path
-    finally:
-        app.dependency_overrides.clear()
+    return TestClient(app, headers=auth("viewer", "viewer")), tonight, tmp_path
 
 
 def figures(page: str) -> list[dict]:
@@ -273,19 +273,9 @@ def test_every_chart_reads_the_same_from_duckdb_and_postgres(backend):
     assert latency["data"][0]["y"] == [2.0] and latency["data"][0]["error_y"]["visible"]
 
 
-def test_index_lists_every_campaign_with_its_kind_and_latest_run(client):
+def test_a_kernel_campaign_has_a_trend_per_metric_with_regressions_circled_and_points_linked(client):
     http, _, _ = client
-    page = http.get("/")
-    assert page.status_code == 200
-    assert ">moe_kernel_nightly</a>" in page.text and "serving_&lt;b&gt;mix&lt;/b&gt;" in page.text
-    assert "<b>mix</b>" not in page.text  # escaped, never markup
-    assert "6 regression(s)" in page.text and "/dags/bench_moe_kernel_nightly/runs/" in page.text
-
-
-def test_a_campaign_page_has_its_table_trends_with_regressions_and_links(client):
-    http, tonight, _ = client
     page = http.get("/campaign/moe_kernel_nightly").text
-    assert tonight.run_id in page and "tok_per_s" in page and "us_per_token" in page
     figs = figures(page)
     trends = titled(figs, ": trend")
     assert [f["layout"]["title"]["text"] for f in trends] == ["us_per_token: trend", "tok_per_s: trend"]
@@ -311,8 +301,6 @@ def test_serving_configs_are_compared_at_each_concurrency_with_intervals(client)
     http, _, _ = client
     page = http.get(SERVING_PAGE).text
     assert "output_throughput of each config at each concurrency" in page
-    assert "<th>pd</th><th>tp4</th>" in page  # the configs side by side, one row per concurrency
-    assert "no regression" in page and "<b>mix</b>" not in page
     figs = figures(page)
     compared = titled(figs, "output_throughput of each config at each concurrency")[0]
     layout = compared["layout"]
@@ -408,27 +396,52 @@ def test_the_view_serves_the_bundled_plotly_js_itself(client):
     assert TestClient(app).get("/static/plotly.min.js").status_code == 200  # a library, no data: no session
 
 
-def test_unknown_campaign_is_404_and_the_warehouse_is_never_written(client):
+def test_the_chart_queries_never_write_the_warehouse(client):
     http, _, root = client
     before = hashlib.sha256((root / "warehouse.duckdb").read_bytes()).hexdigest()
-    assert http.get("/campaign/nope").status_code == 404
-    for _ in range(2):
-        assert http.get("/").status_code == 200
+    for name in ("moe_kernel_nightly", "serving_%3Cb%3Emix%3C%2Fb%3E", "moe_sweep", "generic_tool"):
+        page = http.get(f"/campaign/{name}")
+        assert page.status_code == 200 and figures(page.text)
     assert hashlib.sha256((root / "warehouse.duckdb").read_bytes()).hexdigest() == before
 
 
-def test_without_a_warehouse_the_page_says_so(tmp_path, monkeypatch):
-    monkeypatch.setenv("BENCH_VAR_DIR", str(tmp_path))
-    app.dependency_overrides[signed_in] = lambda: None
-    try:
-        page = TestClient(app).get("/")
-    finally:
-        app.dependency_overrides.clear()
-    assert page.status_code == 503 and "no published warehouse" in page.text
+def test_a_trend_reads_the_newest_trend_runs_and_the_first_trend_cases_and_the_page_says_so(backend, monkeypatch):
+    """``queries.TREND_RUNS`` and ``TREND_CASES`` made small: a kernel and a generic campaign of 5 valid runs of 4
+    cases each draw the newest 3 runs of the first 2 cases (text order: m=1, m=16), on both backends; ``CASES``
+    made small: the latest run against m draws its first 2 cases (m = 1, 4)."""
+    from benchflow.ui import pages
 
-
-def test_only_signed_in_users_see_it():
-    assert TestClient(app).get("/").status_code == 401
+    monkeypatch.setattr(queries, "TREND_RUNS", 3)
+    monkeypatch.setattr(queries, "TREND_CASES", 2)
+    monkeypatch.setattr(queries, "CASES", 2)  # and a run's chart against m: its first 2 cases
+    warehouse = backend
+    for night in range(4, -1, -1):
+        rows = [
+            {"m": m, "ms_per_call": 1.0, "tok_per_s": 1e3 * m + night, "us_per_token": 1e3, "note": ""}
+            for m in (1, 4, 16, 256)
+        ]
+        warehouse.load(night_run("bounded", night), KERNEL, rows)
+        generic = [
+            {"seq": i, "metric": "latency", "value": 1.0 + night, "unit": "ms", "line": i + 1, "case_key": key}
+            for i, key in enumerate(("1", "4", "16", "256"))
+        ]
+        warehouse.load(night_run("bounded_generic", night), GENERIC, generic)
+    newest = {(r.dag_id, r.run_id) for r in (night_run("bounded", n) for n in (0, 1, 2))}
+    history = queries.trend_intervals(warehouse, "bounded")
+    assert set(zip(history["dag_id"], history["run_id"], strict=True)) == newest
+    assert set(history["case_key"]) == {"m=1", "m=16"}
+    page = pages.campaign(warehouse, "bounded")
+    for trend in titled(figures(page), ": trend"):
+        assert [t["name"] for t in trend["data"]] == ["m=1", "m=16"]
+        assert {h for t in trend["data"] for h in t["customdata"]} == {pages.run_href(*r) for r in newest}
+    assert "trends show the newest 3 of 5 runs" in page and "trends show the first 2 of 4 cases" in page
+    against_m = titled(figures(page), "tok_per_s against m")[0]
+    assert [t["x"] for t in against_m["data"]] == [[1, 4]] and "the first 2 cases" in page
+    page = pages.campaign(warehouse, "bounded_generic")
+    trend = titled(figures(page), "latency: trend")[0]
+    assert [t["name"] for t in trend["data"]] == ["1", "16"]
+    assert {len(t["x"]) for t in trend["data"]} == {3}
+    assert "trends show the newest 3 of 5 runs" in page
 
 
 @pytest.fixture
@@ -453,14 +466,17 @@ def served(client):
         sock.close()
 
 
-def test_chromium_draws_every_chart_with_the_local_plotly_and_its_error_bars(served, tmp_path):
+def test_chromium_draws_every_chart_with_the_local_plotly_and_its_error_bars(served, tmp_path, auth):  # noqa: F811
     from playwright.sync_api import sync_playwright
 
     assert Path(CHROMIUM).exists(), "`make test` installs Debian's chromium (apt-get)"
+    token = auth("viewer", "viewer")["Authorization"].split()[1]
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+            context.add_cookies([{"name": "_token", "value": token, "url": served}])  # signed in, as in the UI
+            page = context.new_page()
             requested: list[str] = []
             page.on("request", lambda r: requested.append(r.url))
             errors: list[str] = []

@@ -1,13 +1,12 @@
 """The Benchmarks view's pages (benchflow.ui) over a DuckDB warehouse the test fills: a kernel campaign whose
-last night regressed and a serving campaign with two configs, read through the published snapshot. Users sign in
-with real api-server tokens, judged by a real auth manager: Airflow's SimpleAuthManager, except that users named
-``no_dags…`` may not read DAGs (the role a FAB or Keycloak deployment would give them)."""
+last night regressed and a serving campaign with two configs, read through the published snapshot: the tables, verdicts,
+links, who may read and the bounds (its charts: test_benchmarks_charts.py). Users sign in with real api-server
+tokens, judged by a real auth manager (tests/view_auth.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import random
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg2
 import pytest
 import requests
-from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
 from fastapi.testclient import TestClient
 
 from benchflow.spec import RegressionLimits
@@ -23,41 +21,13 @@ from benchflow.ui import app
 from benchflow.warehouse import Warehouse
 from tests.conftest import PG_URI
 from tests.integration.test_analytics import KERNEL, SERVING, detect, fill_history, night_run, serving_row
-from tests.sshd import free_port
+from tests.view_auth import api_server, auth  # noqa: F401
 
 pytestmark = pytest.mark.integration
-AUTH_MANAGER = f"{__name__}.NoDagsForSomeAuthManager"
-
-
-class NoDagsForSomeAuthManager(SimpleAuthManager):
-    """SimpleAuthManager, whose roles all read DAGs, plus users (``no_dags…``) who may not."""
-
-    def is_authorized_dag(self, *, method, user, access_entity=None, details=None) -> bool:
-        if user.get_name().startswith("no_dags"):
-            return False
-        return super().is_authorized_dag(method=method, user=user, access_entity=access_entity, details=details)
-
-
-@pytest.fixture(scope="module")
-def auth(airflow_db):
-    """The auth manager the api-server would have, and a function that signs a token for a user."""
-    from airflow.api_fastapi.app import create_auth_manager
-    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AIRFLOW__CORE__AUTH_MANAGER", AUTH_MANAGER)
-        patch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", uuid.uuid4().hex * 2)
-        manager = create_auth_manager()
-        assert isinstance(manager, NoDagsForSomeAuthManager)
-
-        def token(name: str = "admin", role: str = "admin") -> dict[str, str]:
-            return {"Authorization": f"Bearer {manager.generate_jwt(SimpleAuthManagerUser(username=name, role=role))}"}
-
-        yield token
 
 
 @pytest.fixture
-def client(tmp_path, monkeypatch, auth):
+def client(tmp_path, monkeypatch, auth):  # noqa: F811
     monkeypatch.setenv("BENCH_VAR_DIR", str(tmp_path))
     warehouse = Warehouse.at(tmp_path / "warehouse.duckdb")
     warehouse.migrate()
@@ -86,14 +56,15 @@ def test_index_lists_every_campaign_with_its_kind_and_latest_run(client):
     assert "6 regression(s)" in page.text and "/dags/bench_moe_kernel_nightly/runs/" in page.text
 
 
-def test_a_campaign_page_has_its_table_trends_with_regressions_and_links(client):
+def test_a_campaign_page_has_its_table_verdict_regressions_and_links(client):
     http, tonight, _ = client
     page = http.get("/campaign/moe_kernel_nightly").text
     assert tonight.run_id in page and "tok_per_s" in page and "us_per_token" in page
-    assert page.count('class="regression"') == 6  # 3 cases x 2 trend metrics, circled
-    assert page.count("<svg") == 3  # two trends, one comparison against M
+    assert 'verdict: <span class="bad">6 regression(s) against 14 baseline nights</span>' in page
+    regressions = page.split("<h2>Regressions</h2>")[1].split("<h2>")[0]
+    assert regressions.count("<tr>") == 1 + 6  # 3 cases x 2 trend metrics (the trend charts circle them)
     assert 'target="_top"' in page and "/dags/bench_moe_kernel_nightly/runs/scheduled__" in page
-    assert "<script" not in page and "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "http://" not in page and "https://" not in page  # nothing from elsewhere
 
 
 def test_serving_configs_are_compared_at_each_concurrency(client):
@@ -114,14 +85,14 @@ def test_unknown_campaign_is_404_and_the_warehouse_is_never_written(client):
     assert hashlib.sha256((root / "warehouse.duckdb").read_bytes()).hexdigest() == before
 
 
-def test_without_a_warehouse_the_page_says_so_and_names_no_server_path(tmp_path, monkeypatch, auth):
+def test_without_a_warehouse_the_page_says_so_and_names_no_server_path(tmp_path, monkeypatch, auth):  # noqa: F811
     monkeypatch.setenv("BENCH_VAR_DIR", str(tmp_path))
     page = TestClient(app, headers=auth()).get("/")
     assert page.status_code == 503 and "no published warehouse at warehouse.snapshot.duckdb" in page.text
     assert str(tmp_path) not in page.text and "/tmp" not in page.text
 
 
-def test_without_a_session_the_browser_goes_to_the_login_page(auth):
+def test_without_a_session_the_browser_goes_to_the_login_page(auth):  # noqa: F811
     page = TestClient(app).get("/campaign/moe_kernel_nightly", follow_redirects=False)
     assert page.status_code == 303 and page.headers["location"] == "/auth/login?next=%2Fcampaign%2Fmoe_kernel_nightly"
     forged = TestClient(app, cookies={"_token": "not-a-token"}).get("/", follow_redirects=False)
@@ -129,7 +100,7 @@ def test_without_a_session_the_browser_goes_to_the_login_page(auth):
     assert TestClient(app, headers={"Authorization": "Bearer nope"}).get("/").status_code == 403
 
 
-def test_a_role_that_may_not_read_dags_gets_403_from_the_view(client, auth):
+def test_a_role_that_may_not_read_dags_gets_403_from_the_view(client, auth):  # noqa: F811
     _, _, _ = client
     for path in ("/", "/campaign/moe_kernel_nightly"):
         refused = TestClient(app, headers=auth("no_dags_reader", "viewer")).get(path)
@@ -180,26 +151,7 @@ def test_a_bad_request_never_echoes_a_long_value(client):
     assert page.status_code == 400 and len(page.text) < 5_000 and "20000" in page.text
 
 
-@pytest.fixture(scope="module")
-def api_server(airflow_db, auth):
-    """The real api-server app (Airflow's create_app, with this project's plugin) under uvicorn on a free port."""
-    import uvicorn
-    from airflow.api_fastapi.app import create_app
-
-    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=free_port(), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.config.port}"
-    deadline = time.monotonic() + 120
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the api-server did not start"
-        time.sleep(0.2)
-    yield url
-    server.should_exit = True
-    thread.join(30)
-
-
-def test_a_hung_warehouse_answers_503_and_the_api_server_stays_responsive(api_server, auth, monkeypatch):
+def test_a_hung_warehouse_answers_503_and_the_api_server_stays_responsive(api_server, auth, monkeypatch):  # noqa: F811
     """A PostgreSQL warehouse whose ``runs`` another connection holds locked: every page answers 503 within its
     limit (more requests than the view has threads), the api-server's health and REST API answer meanwhile, and
     the view answers again once the lock is gone."""

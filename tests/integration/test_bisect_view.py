@@ -16,9 +16,10 @@ from benchflow import bisection as steps
 from benchflow.analysis.bisect import Bisection
 from benchflow.kinds.kernel import KIND as KERNEL
 from benchflow.spec import RegressionLimits
-from benchflow.ui import app, signed_in
+from benchflow.ui import app
 from benchflow.warehouse import Warehouse, queries
 from tests.integration.test_analytics import detect, kernel_rows, night_run
+from tests.view_auth import auth  # noqa: F401
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +28,7 @@ OLD, NEW = SHAS[0], SHAS[-1]
 
 
 @pytest.fixture
-def filled(tmp_path, monkeypatch):
+def filled(tmp_path, monkeypatch, auth):  # noqa: F811
     monkeypatch.setenv("BENCH_VAR_DIR", str(tmp_path))
     warehouse = Warehouse.at(tmp_path / "warehouse.duckdb")
     warehouse.migrate()
@@ -38,11 +39,7 @@ def filled(tmp_path, monkeypatch):
     tonight = dataclasses.replace(night_run("toy", 0), payload_commit=NEW, payload_ref="main")
     warehouse.load(tonight, KERNEL, kernel_rows(0.8, rng))
     assert detect(warehouse, tonight.dag_id, tonight.run_id, RegressionLimits())
-    app.dependency_overrides[signed_in] = lambda: None
-    try:
-        yield warehouse, tonight
-    finally:
-        app.dependency_overrides.clear()
+    return warehouse, tonight, TestClient(app, headers=auth("viewer", "viewer"))
 
 
 def finished_bisection() -> Bisection:
@@ -76,8 +73,8 @@ def finished_bisection() -> Bisection:
 
 
 def test_a_finding_offers_bisect_with_its_conf(filled):
-    warehouse, _ = filled
-    page = TestClient(app).get("/campaign/toy").text
+    warehouse, _, http = filled
+    page = http.get("/campaign/toy").text
     links = [a.split('"')[0] for a in page.split('href="')[1:] if "trigger/single" in a.split('"')[0]]
     assert links, "no bisect link"
     url = urlsplit(links[0].replace("&amp;", "&"))
@@ -90,7 +87,7 @@ def test_a_finding_offers_bisect_with_its_conf(filled):
 
 
 def test_a_bisection_is_stored_and_its_probe_chain_shown(filled):
-    warehouse, _ = filled
+    warehouse, _, http = filled
     bisection = finished_bisection()
     result = steps.save(bisection, warehouse, "bench_bisect", "manual__bisect")
     assert result["status"] == "found" and int(result["first_bad"], 16) == 11 and result["reused"] == 2
@@ -102,7 +99,6 @@ def test_a_bisection_is_stored_and_its_probe_chain_shown(filled):
     assert list(chain["position"]) == sorted(chain["position"]) and chain["sha"].iloc[0] == OLD
     assert set(chain[chain["reused_from"].notna()]["sha"]) == {SHAS[7], SHAS[12]}
 
-    http = TestClient(app)
     page = http.get("/bisection/bench_bisect/manual__bisect").text
     assert "is the first bad commit" in page and SHAS[10][:12] in page
     assert "same as bad" in page and "same as good" in page and "reused: scheduled__night-8" in page
@@ -118,3 +114,16 @@ def test_a_bisection_is_stored_and_its_probe_chain_shown(filled):
     assert saved_again == result and len(queries.bisection_probes(warehouse, "bench_bisect", "manual__bisect")) == len(
         chain
     )
+
+
+def test_the_bisection_pages_need_a_session_and_a_role_that_reads_the_bisect_runs(filled, auth):  # noqa: F811
+    warehouse, _, http = filled
+    steps.save(finished_bisection(), warehouse, "bench_bisect", "manual__bisect")
+    for path in ("/bisections", "/bisection/bench_bisect/manual__bisect"):
+        assert http.get(path).status_code == 200
+        refused = TestClient(app, headers=auth("no_dags_bisect", "viewer")).get(path)
+        assert refused.status_code == 403 and "may not read the runs of bench_bisect" in refused.text
+        assert "is the first bad commit" not in refused.text and "bisection/bench_bisect/" not in refused.text
+        login = TestClient(app).get(path, follow_redirects=False)
+        assert login.status_code == 303 and login.headers["location"].startswith("/auth/login?next=%2Fbisection")
+    assert http.get("/bisection/bench_bisect/" + "x" * 5000).status_code == 400

@@ -12,10 +12,11 @@ PostgreSQL through a read-only session) and never migrates or writes it.
 Who sees it: users signed in to Airflow (without a session, the login page) whom Airflow's auth manager lets read
 DAGs (the permission the DAG views need: 403 otherwise); a campaign's page also needs read access to its DAG's
 runs, and the index lists only campaigns whose DAG the user may read. Every page is bounded: at most
-``pages.MAX_ROWS`` rows per table (the page says "showing N of M"), the newest ``queries.TREND_RUNS`` runs on a
-trend, and ``BENCH_VIEW_TIMEOUT_S`` (default 20 s) per page: the warehouse is read in the view's own four threads,
-never on the api-server's event loop or its shared thread pool, with the same limit as the session's statement
-timeout on PostgreSQL; a warehouse that does not answer in time gets a 503 page, and when every thread and
+``pages.MAX_ROWS`` rows per table (the page says "showing N of M"), the newest ``queries.TREND_RUNS`` runs and
+the first ``queries.TREND_CASES`` cases on a trend chart (the page says so past that), and
+``BENCH_VIEW_TIMEOUT_S`` (default 20 s) per page: the warehouse is read in the view's own four threads, never on
+the api-server's event loop or its shared thread pool, with the same limit as the session's statement timeout on
+PostgreSQL; a warehouse that does not answer in time gets a 503 page, and when every thread and
 queue place is held the next request gets its 503 at once, so a hung warehouse never holds up the
 api-server's health, REST API or UI. Pages are HTML rendered here (every value through ``html.escape``); charts
 are Plotly figures (:mod:`benchflow.ui.charts`, which says why Plotly) drawn by the plotly.js bundle of the

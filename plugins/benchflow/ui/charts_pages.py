@@ -170,7 +170,10 @@ def point_figure(warehouse: Warehouse, kind: ResultKind, run: Any, metric: str, 
     frame = queries.case_values(warehouse, kind, run["dag_id"], run["run_id"], metric)
     if not len(frame):
         return ""
-    return charts.render(*point_chart(kind, frame, metric, run, href))
+    fig, caption = point_chart(kind, frame, metric, run, href)
+    if len(frame.drop_duplicates(list(kind.case))) >= queries.CASES:  # case_values reads no more
+        caption += f"; the first {queries.CASES} cases"
+    return charts.render(fig, caption)
 
 
 def point_chart(

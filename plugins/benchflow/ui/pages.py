@@ -248,7 +248,7 @@ def campaign(warehouse: Warehouse, name: str) -> str:
         table(rows, total=total),
     ]
     out.append(charts_pages.sections(warehouse, kind, name, run, findings, run_href))
-    if kind.trend:
+    if kind.trends() or kind.measures is not None:  # the trend charts: bounded in runs (and cases)
         valid = queries.run_counts(warehouse).set_index("campaign")
         count = int(valid.loc[name]["valid"]) if name in valid.index else 0
         if count > queries.TREND_RUNS:

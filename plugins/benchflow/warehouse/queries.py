@@ -179,13 +179,14 @@ def regressed_runs(w: Warehouse, campaign: str, metric: str) -> set[str]:
 # -- trends and summaries ----------------------------------------------------------------------------------
 
 
-def trend_history(w: Warehouse, campaign: str, metric: str | None = None, last: int = TREND_RUNS) -> pd.DataFrame:
+def trend_history(w: Warehouse, campaign: str, metric: str | None = None, last: int | None = None) -> pd.DataFrame:
     """The mean of every trend metric and case of the campaign (or of one metric) in each of its newest ``last``
-    valid runs, oldest first (what ``metric_history`` holds, over the ``ok`` repeats): the first ``TREND_CASES``
-    cases (in text order) where there are more. Read from ``metric_samples`` with the runs and cases chosen
-    first, so that a campaign of a million cases costs one pass over its samples, not their summaries."""
+    (default ``TREND_RUNS``) valid runs, oldest first (what ``metric_history`` holds, over the ``ok`` repeats): the
+    first ``TREND_CASES`` cases (in text order) where there are more. Read from ``metric_samples`` with the runs
+    and cases chosen first, so that a campaign of a million cases costs one pass over its samples, not their
+    summaries."""
     p = w.p
-    params: list[Any] = [campaign, int(last), campaign, int(TREND_CASES), campaign]
+    params: list[Any] = [campaign, int(TREND_RUNS if last is None else last), campaign, int(TREND_CASES), campaign]
     where = f"s.campaign = {p} AND s.validity = 'ok'"
     if metric is not None:
         where += f" AND s.metric = {p}"
@@ -337,10 +338,10 @@ def valid_runs_of(w: Warehouse, campaign: str, night: str | None = None) -> pd.D
 # -- the Benchmarks view's charts --------------------------------------------------------------------------
 
 
-def trend_intervals(w: Warehouse, campaign: str, last: int = TREND_RUNS) -> pd.DataFrame:
-    """Each of the newest ``last`` valid runs' mean of every trend metric and case of the campaign (the first
-    ``TREND_CASES`` cases in text order, as :func:`trend_history`) with its 95 % interval over the run's ``ok``
-    repeats (``case_summary``) and when the run ran, oldest first."""
+def trend_intervals(w: Warehouse, campaign: str, last: int | None = None) -> pd.DataFrame:
+    """Each of the newest ``last`` (default ``TREND_RUNS``, read when called) valid runs' mean of every trend
+    metric and case of the campaign (the first ``TREND_CASES`` cases in text order, as :func:`trend_history`) with
+    its 95 % interval over the run's ``ok`` repeats (``case_summary``) and when the run ran, oldest first."""
     p = w.p
     return w.query(
         "SELECT s.case_key, s.metric, s.dag_id, s.run_id, s.night, s.n, s.mean AS value, s.ci_low, s.ci_high, "
@@ -349,20 +350,26 @@ def trend_intervals(w: Warehouse, campaign: str, last: int = TREND_RUNS) -> pd.D
         "ON v.dag_id = s.dag_id AND v.run_id = s.run_id "
         f"JOIN (SELECT DISTINCT case_key FROM metric_samples WHERE campaign = {p} ORDER BY case_key LIMIT {p}) c "
         f"ON c.case_key = s.case_key WHERE s.campaign = {p} ORDER BY v.run_at, s.run_id",
-        [campaign, int(last), campaign, int(TREND_CASES), campaign],
+        [campaign, int(TREND_RUNS if last is None else last), campaign, int(TREND_CASES), campaign],
     )
 
 
 def case_values(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str, metric: str) -> pd.DataFrame:
-    """Every measured repeat of ``metric`` in a run (warm-ups left out): its case columns, ``repeat``, ``value``
-    and ``validity`` (rows that are not ``ok`` are kept, for a chart to show them apart)."""
+    """Every measured repeat of ``metric`` in a run (warm-ups left out) of its first ``CASES`` cases (read when
+    called, as :func:`headline_by_case`): its case columns, ``repeat``, ``value`` and ``validity`` (rows that are
+    not ``ok`` are kept, for a chart to show them apart)."""
     p = w.p
     columns = ", ".join(kind.case)
+    ours = ", ".join(f"t.{c}" for c in kind.case)
+    same = " AND ".join(f"t.{c} IS NOT DISTINCT FROM c.{c}" for c in kind.case)
+    rows = f"{metric} IS NOT NULL AND {kindsql.measured_sql(kind)}"
     return w.query(
-        f"SELECT {columns}, {kindsql.repeat_sql(kind)} AS repeat, CAST({metric} AS DOUBLE PRECISION) AS value, "
-        f"{kindsql.validity_sql(kind)} AS validity FROM {kind.wide_view} WHERE dag_id = {p} AND run_id = {p} "
-        f"AND {metric} IS NOT NULL AND {kindsql.measured_sql(kind)} ORDER BY {columns}",
-        [dag_id, run_id],
+        f"SELECT {ours}, {kindsql.repeat_sql(kind)} AS repeat, CAST({metric} AS DOUBLE PRECISION) AS value, "
+        f"{kindsql.validity_sql(kind)} AS validity FROM {kind.wide_view} t "
+        f"JOIN (SELECT DISTINCT {columns} FROM {kind.wide_view} WHERE dag_id = {p} AND run_id = {p} AND {rows} "
+        f"ORDER BY {columns} LIMIT {p}) c ON {same} WHERE t.dag_id = {p} AND t.run_id = {p} AND {rows} "
+        f"ORDER BY {ours}",
+        [dag_id, run_id, int(CASES), dag_id, run_id],
     )
 
 
@@ -381,17 +388,22 @@ def measure_values(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str) -> 
 
 def measure_history(w: Warehouse, kind: ResultKind, campaign: str) -> pd.DataFrame:
     """Per valid run of the campaign, metric and case (``kind.measures``): the values' count, mean and sample
-    standard deviation, with when the run ran, oldest first."""
+    standard deviation, with when the run ran, oldest first; bounded as :func:`trend_intervals`: the newest
+    ``TREND_RUNS`` valid runs and the first ``TREND_CASES`` cases (in text order)."""
     assert kind.measures is not None
-    m = kind.measures
+    m, p = kind.measures, w.p
+    case = f"COALESCE(g.{m.case}, '')"
     return w.query(
-        f"SELECT dag_id, run_id, night, COALESCE(logical_date, started_at) AS run_at, {m.name} AS metric, "
-        f"COALESCE({m.case}, '') AS case_key, MIN(COALESCE({m.unit}, '')) AS unit, COUNT(*) AS n, "
-        f"AVG({m.value}) AS value, STDDEV_SAMP({m.value}) AS std FROM {kind.wide_view} "
-        f"WHERE campaign = {w.p} AND {m.value} IS NOT NULL "
-        f"GROUP BY dag_id, run_id, night, COALESCE(logical_date, started_at), {m.name}, COALESCE({m.case}, '') "
-        "ORDER BY run_at, run_id",
-        [campaign],
+        f"SELECT g.dag_id, g.run_id, g.night, v.run_at, g.{m.name} AS metric, {case} AS case_key, "
+        f"MIN(COALESCE(g.{m.unit}, '')) AS unit, COUNT(*) AS n, AVG(g.{m.value}) AS value, "
+        f"STDDEV_SAMP(g.{m.value}) AS std FROM {kind.wide_view} g "
+        f"JOIN (SELECT dag_id, run_id, {RUN_TIME} AS run_at FROM valid_runs WHERE campaign = {p} "
+        f"ORDER BY {RUN_TIME} DESC, run_id DESC LIMIT {p}) v ON v.dag_id = g.dag_id AND v.run_id = g.run_id "
+        f"JOIN (SELECT DISTINCT COALESCE({m.case}, '') AS case_key FROM {kind.wide_view} WHERE campaign = {p} "
+        f"ORDER BY case_key LIMIT {p}) c ON c.case_key = {case} "
+        f"WHERE g.campaign = {p} AND g.{m.value} IS NOT NULL "
+        f"GROUP BY g.dag_id, g.run_id, g.night, v.run_at, g.{m.name}, {case} ORDER BY v.run_at, g.run_id",
+        [campaign, int(TREND_RUNS), campaign, int(TREND_CASES), campaign],
     )
 
 
