@@ -93,3 +93,12 @@ def test_a_good_conf_becomes_a_run(api):
     answer = trigger(api, "bench_guard_floats", '{"alpha": 0.25}')
     assert answer.status_code == 200, answer.text
     assert answer.json()["conf"] == {"alpha": 0.25}
+
+
+def test_a_body_too_big_or_nested_too_deep_never_reaches_airflow_whole(api):
+    """A 5 MiB conf is refused (413) before it is buffered any further; a conf nested 100,000 deep (too deep for
+    Python's JSON reader) gets an answer, not a crash of the middleware."""
+    big = trigger(api, "bench_guard_floats", '{"alpha": "' + "x" * (5 * 2**20) + '"}')
+    assert big.status_code == 413 and "at most 4 MiB" in big.json()["detail"]
+    deep = trigger(api, "bench_guard_floats", "[" * 100_000 + "]" * 100_000)
+    assert deep.status_code in (400, 422), deep.text[:300]

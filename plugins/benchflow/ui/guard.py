@@ -20,6 +20,7 @@ TRIGGER = re.compile(r"/api/v2/dags/[^/]+/dagRuns/?$")  # under any base URL
 MAX_LINE = 300  # characters of one line of an error answer
 MAX_LINES = 12  # lines of one error message
 MAX_ITEMS = 20  # items of a list in a 422 answer's input
+MAX_BODY = 4 * 2**20  # bytes of a trigger's body: a run's conf is small (a 10^5-element list is ~0.6 MB)
 _NOT_A_NUMBER = object()
 
 
@@ -32,7 +33,7 @@ def non_finite_at(body: bytes) -> str | None:
     so itself)."""
     try:
         data = json.loads(body, parse_constant=_constant)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep for a parser: Airflow answers it
         return None
 
     def find(value: Any, where: str) -> str | None:
@@ -46,7 +47,10 @@ def non_finite_at(body: bytes) -> str | None:
             return None
         return next((hit for path, item in pairs if (hit := find(item, path)) is not None), None)
 
-    return find(data, "")
+    try:
+        return find(data, "")
+    except RecursionError:
+        return "the body (nested deeper than any conf)"
 
 
 def shorten_text(text: str) -> str:
@@ -90,6 +94,9 @@ class TriggerGuard:
                 break
             body += message.get("body", b"")
             more = message.get("more_body", False)
+            if len(body) > MAX_BODY:
+                await _answer(send, 413, {"detail": f"a run's conf is at most {MAX_BODY // 2**20} MiB"})
+                return
         where = non_finite_at(body)
         if where is not None:
             detail = f"{where}: NaN and Infinity are not numbers a run can take (JSON has neither); give a number"
