@@ -41,7 +41,9 @@ def validate_rows(kind: ResultKind, rows: list[dict[str, Any]], **params: Any) -
         assert config is not None  # every result of a suite run carries its expectation
         kwargs = {k: v for k, v in config.kwargs.items() if k not in ("batch_id", "column")}
         column = config.kwargs.get("column", "")
-        name = f"{config.type}({column}{', ' if kwargs else ''}{', '.join(f'{k}={v}' for k, v in kwargs.items())})"
+        arguments = [str(column)] if column else []
+        arguments += [f"{k}={v}" for k, v in kwargs.items()]
+        name = f"{config.type}({', '.join(arguments)})"
         details = item.result or {}
         indexes = details.get("unexpected_index_list") or []
         examples = details.get("partial_unexpected_list") or []

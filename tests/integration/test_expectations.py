@@ -31,7 +31,7 @@ def test_each_rule_fails_with_a_readable_reason_and_names_rows():
     outcome = validate_rows(kinds.get("kernel"), bad)
     assert not outcome.success
     text = outcome.summary()
-    assert "expect_column_values_to_be_unique(m)" in text
+    assert "expect_compound_columns_to_be_unique(column_list=['m', 'repeat'])" in text  # M 2 twice, one repeat
     assert "expect_column_values_to_be_between(tok_per_s_rel_err" in text
     assert "expect_column_values_to_be_between(us_per_token_rel_err" in text
     assert "expect_column_values_to_be_between(ms_per_call" in text
