@@ -185,7 +185,8 @@ def test_bench_up_runs_a_campaign_and_bench_down_stops_everything(local_env):
         time.sleep(2)
     assert state_now == "success"
 
-    assert requests.get(f"{url}/benchmarks/", timeout=30).status_code == 401  # for signed-in users only
+    anonymous = requests.get(f"{url}/benchmarks/", timeout=30, allow_redirects=False)  # for signed-in users only
+    assert anonymous.status_code == 303 and "/auth/login" in anonymous.headers["location"]  # a browser: the login
     view = requests.get(f"{url}/benchmarks/campaign/up_smoke", headers=headers, timeout=30)
     assert view.status_code == 200 and run_id in view.text and ">2000<" in view.text  # the run's tok/s
     assert 'src="../static/plotly.min.js"' in view.text  # the charts' library, from the view itself (offline)
