@@ -207,10 +207,11 @@ def _run_options(spec: CampaignSpec) -> dict[str, tuple[Any, dict[str, Any]]]:
     return run_option_schemas(git.ref if git else None, spec.host_ids, spec.host)
 
 
-def _host_stages(spec: CampaignSpec, on_host: dict[str, Any]) -> tuple[BaseOperator, BaseOperator, BaseOperator]:
-    """preflight → acquire_host → stop_services → gpus_free → deploy_payload → (the benchmark stages) →
-    fetch_artifacts, with the teardowns restore_services and release_host. Returns the tasks whose XComs the
-    results use: preflight, deploy and fetch."""
+def _before_benchmark(
+    spec: CampaignSpec, on_host: dict[str, Any]
+) -> tuple[BaseOperator, BaseOperator, BaseOperator, BaseOperator]:
+    """preflight → acquire_host → stop_services → gpus_free → deploy_payload, chained; returns preflight, acquire,
+    stop and deploy (the setups of the teardowns, and the tasks whose XComs later stages read)."""
     timeouts = spec.timeouts
     preflight = PreflightOperator(
         task_id="preflight",
@@ -250,6 +251,16 @@ def _host_stages(spec: CampaignSpec, on_host: dict[str, Any]) -> tuple[BaseOpera
         execution_timeout=_seconds(timeouts.deploy),
         **on_host,
     )
+    preflight >> acquire >> stop >> free >> deploy
+    return preflight, acquire, stop, deploy
+
+
+def _host_stages(spec: CampaignSpec, on_host: dict[str, Any]) -> tuple[BaseOperator, BaseOperator, BaseOperator]:
+    """preflight → acquire_host → stop_services → gpus_free → deploy_payload → (the benchmark stages) →
+    fetch_artifacts, with the teardowns restore_services and release_host. Returns the tasks whose XComs the
+    results use: preflight, deploy and fetch."""
+    timeouts = spec.timeouts
+    preflight, acquire, stop, deploy = _before_benchmark(spec, on_host)
     restore = RestoreServicesOperator(
         task_id="restore_services", services=spec.services, execution_timeout=_seconds(timeouts.services), **on_host
     )
@@ -267,7 +278,6 @@ def _host_stages(spec: CampaignSpec, on_host: dict[str, Any]) -> tuple[BaseOpera
         **on_host,
     )
     release = ReleaseHostOperator(task_id="release_host", execution_timeout=_seconds(120), **on_host)
-    preflight >> acquire >> stop >> free >> deploy
     last >> [restore, fetch]
     restore.as_teardown(setups=stop, on_failure_fail_dagrun=True)
     [restore, fetch] >> release
