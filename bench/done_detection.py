@@ -25,15 +25,14 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
-
-from benchflow.hosts.local import LocalHost  # noqa: E402
-from benchflow.remote import jobs, layout  # noqa: E402
-from tests.sshd import LoopbackSSHD  # noqa: E402
+from benchflow.hosts.local import LocalHost
+from benchflow.remote import jobs, layout
+from benchtools.loopback_sshd import LoopbackSSHD
 
 PAYLOAD = """
 import sys, time
+
+ROOT = Path(__file__).resolve().parents[1]
 print("M ms/call tok/s us/token", flush=True)
 time.sleep(float(sys.argv[1]))
 open("marker_at", "w").write(repr(time.time()))

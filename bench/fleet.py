@@ -25,11 +25,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
+from benchtools.loopback_sshd import LoopbackSSHD
+from benchtools.stack import AirflowStack, campaign_folder
 
-from tests.airflow_stack import AirflowStack, campaign_folder  # noqa: E402
-from tests.sshd import LoopbackSSHD  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SPEC = """\
 description: fleet benchmark, {mode} wait, host {host}

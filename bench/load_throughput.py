@@ -19,11 +19,10 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "plugins"))
+from benchflow import kinds
+from benchflow.warehouse import RunRecord, Warehouse
 
-from benchflow import kinds  # noqa: E402
-from benchflow.warehouse import RunRecord, Warehouse  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 KERNEL = kinds.get("kernel")
 

@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "plugins"))
+from benchflow import kinds
+from benchflow.parsing import lines
 
-from benchflow import kinds  # noqa: E402
-from benchflow.parsing import lines  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SCAN_RE = re.compile(r"^\s*[A-Za-z][^:]*:\s+[-+]?\d")  # a label: number line, the shape every result line has
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.airflow_stack import pg_admin
+from benchtools.stack import pg_admin
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -29,7 +29,7 @@ os.environ.update(
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAG_IGNORE_FILE_SYNTAX": "regexp",  # see benchflow.airflow_setup
+        "AIRFLOW__CORE__DAG_IGNORE_FILE_SYNTAX": "regexp",  # see benchtools.airflow_env
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://postgres@127.0.0.1:5432/{TEST_DB}",
         "GX_ANALYTICS_ENABLED": "false",
     }
@@ -63,7 +63,7 @@ def var_dir() -> Path:
 @pytest.fixture(scope="session")
 def sshd():
     """A real sshd on a loopback port, and the Airflow connection ``gpu_loopback`` that pins its key."""
-    from tests.sshd import LoopbackSSHD
+    from benchtools.loopback_sshd import LoopbackSSHD
 
     server = LoopbackSSHD(VAR / "sshd").start()
     name, value = server.connection_env("gpu_loopback")

@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parent / "fixtures" / "gpu_standin"
 BIN = ROOT / "bin"
 PYTHON = ROOT / "python"
 PROJECT = Path(__file__).resolve().parents[1]
-SAMPLER = PROJECT / "kernels" / "telemetry" / "sampler.py"
+HOST_CORE = PROJECT / "host"  # benchhost, as a payload carries it (the host environment does not install it)
+SAMPLER = ["-m", "benchhost.sampler"]
 HOST_PYTHON = PROJECT / ".venv-host" / "bin" / "python"
 
 
@@ -39,14 +40,18 @@ def write_scenario(path: Path, **scenario: Any) -> dict[str, Any]:
 
 def env(scenario: Path, nvml: bool, smi: bool = True) -> dict[str, str]:
     """The environment of a process that sees the stand-ins: ``pynvml`` importable when ``nvml``,
-    ``nvidia-smi`` on PATH when ``smi``."""
+    ``nvidia-smi`` on PATH when ``smi``; the host core importable as in a deployed payload."""
     base = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "BENCH_GPU_STANDIN")}
     path = base.get("PATH", "/usr/bin:/bin")
     base["PATH"] = f"{BIN}:{path}" if smi else path
-    if nvml:
-        base["PYTHONPATH"] = str(PYTHON)
+    base["PYTHONPATH"] = f"{PYTHON}:{HOST_CORE}" if nvml else str(HOST_CORE)
     base["BENCH_GPU_STANDIN"] = str(scenario)
     return base
+
+
+def host_env(**extra: str) -> dict[str, str]:
+    """This environment with the host core importable, as it is inside a deployed payload."""
+    return {**os.environ, "PYTHONPATH": str(HOST_CORE), **extra}
 
 
 def python() -> str:

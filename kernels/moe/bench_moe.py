@@ -12,7 +12,7 @@ Triton kernel at the production shape; on a CPU the torch path at a small shape.
 argument can be given explicitly; peaks come from roofline.GPUS by device name unless overridden.
 
 Each M is a phase: ``phases.jsonl`` beside --out gets one line per M (its start and end, the timed calls'
-window and count, the host's load at both ends; kernels/telemetry/phaselog.py), so GPU telemetry can be cut
+window and count, the host's load at both ends; benchhost/phaselog.py), so GPU telemetry can be cut
 per M and energy per call computed over the timed calls (or, with ``--energy-s``, over a loop of the same
 call run after the timing, only for its energy).
 
@@ -49,8 +49,6 @@ from fused_moe import (
     quantize_fp8,
 )
 from roofline import BYTES, find_gpu, roofline_row
-
-HERE = Path(__file__).resolve().parent
 
 PRODUCTION = {"experts": 384, "hidden": 7168, "inter": 2048, "topk": 8}
 CPU_SMALL = {"experts": 8, "hidden": 256, "inter": 128, "topk": 2}
@@ -413,17 +411,14 @@ def json_row(row: dict[str, Any]) -> str:
 
 
 def phase_log(path: Path | None) -> Any:
-    """A ``phaselog.PhaseLog`` writing ``path``, from kernels/telemetry (the repository) or telemetry/ in the
-    payload; None (said once) when that module is not deployed or there is no file to write beside."""
+    """A ``benchhost.phaselog.PhaseLog`` writing ``path`` (the host core is deployed inside every payload; from
+    the repository, ``PYTHONPATH=host``); None (said once) when it is missing or there is no file to write beside."""
     if path is None:
         return None
-    for candidate in (HERE / "telemetry", HERE.parent / "telemetry"):
-        if (candidate / "phaselog.py").is_file() and str(candidate) not in sys.path:
-            sys.path.insert(0, str(candidate))
     try:
-        from phaselog import PhaseLog
+        from benchhost.phaselog import PhaseLog
     except ImportError:
-        print("Phases: not recorded (no telemetry/phaselog.py beside the payload)", flush=True)
+        print("Phases: not recorded (no benchhost beside the payload)", flush=True)
         return None
     return PhaseLog(path)
 

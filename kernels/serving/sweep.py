@@ -21,7 +21,7 @@ left out) to --out and one row per request to ``requests.jsonl`` beside it, and 
 after the last phase. A failed phase is reported and the sweep goes on.
 
 ``--search '<json>'`` (the spec's ``benchmark.search``: over, range, slo, precision, prompts_per_probe,
-repeats, budget, optionally confidence) replaces the fixed levels by a load search (``loadsearch.py``): each
+repeats, budget, optionally confidence) replaces the fixed levels by a load search (``benchhost/loadsearch.py``): each
 probe is a phase of ``prompts_per_probe`` prompts at the load the search picks, the same client, header, raw
 output, --out row and ``requests.jsonl`` rows as a fixed phase (``repeat=R`` numbers the repeats at one load;
 a load is never probed again once decided, so config × load × repeat stays unique). ``over: concurrency``
@@ -34,7 +34,7 @@ the answer, and every probe with its bounds per SLO), then the done marker.
 
 Phases carry their time: ``phases.jsonl`` beside --out gets one line per phase (config, concurrency, repeat,
 warm-up, num_prompts, start and end in epoch seconds, whether the client succeeded, the host's load at both
-ends; kernels/telemetry/phaselog.py, its "own" processes those whose working directory is in --out's
+ends; benchhost/phaselog.py, its "own" processes those whose working directory is in --out's
 directory: the sweep, its client and the servers of a campaign run). Each request row gets ``start_s``,
 ``first_token_s`` and ``end_s`` (epoch s; end = the last token, TTFT + the inter-token gaps), and the phase line
 says how they were found (``timing``):
@@ -67,9 +67,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchhost import loadsearch
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # loadsearch, deployed next to us (also when imported, as the tests do)
-import loadsearch  # noqa: E402
 
 # Per-request arrays in the clients' detailed results; kept in the phase file, not in the summary rows.
 DETAIL_KEYS = (
@@ -257,15 +257,12 @@ def add_times(rows: list[dict], concurrency: int, summary: dict, anchors: dict[s
 
 
 def phase_log(out: Path) -> Any:
-    """A ``phaselog.PhaseLog`` writing ``phases.jsonl`` beside ``out`` (its own processes: those working in
-    that directory), from kernels/telemetry or telemetry/ in the payload; None (said once) without it."""
-    for candidate in (HERE / "telemetry", HERE.parent / "telemetry"):
-        if (candidate / "phaselog.py").is_file() and str(candidate) not in sys.path:
-            sys.path.insert(0, str(candidate))
+    """A ``benchhost.phaselog.PhaseLog`` writing ``phases.jsonl`` beside ``out`` (its own processes: those working
+    in that directory); None (said once) when the host core is not beside the payload."""
     try:
-        from phaselog import PhaseLog
+        from benchhost.phaselog import PhaseLog
     except ImportError:
-        print("Phases: not recorded (no telemetry/phaselog.py beside the payload)", flush=True)
+        print("Phases: not recorded (no benchhost beside the payload)", flush=True)
         return None
     return PhaseLog(out.parent / "phases.jsonl", own_root=out.parent)
 

@@ -57,7 +57,6 @@ if TYPE_CHECKING:
     from benchflow.spec import CampaignSpec, ServingConfig, SpecError
 
 START_DATE = datetime(2026, 1, 1)
-TELEMETRY_PAYLOAD = "telemetry"  # kernels/telemetry: the sampler and the phase log, inside every payload
 
 
 def _seconds(value: float) -> timedelta:
@@ -71,7 +70,7 @@ def build_all(build: bool = True, register: bool = True) -> tuple[list[DAG], lis
     """Every spec of the campaigns folder, each on its own and within its own time budget (``SpecLimits.seconds``
     to read, check and build it): the DAGs of the good ones (when ``build``) and the errors of the others. Two
     specs may not share a DAG id (``x.yaml`` and ``x.yml``, say). ``register=False`` builds DAGs that the file
-    being parsed does not define (``dags/campaign_errors.py`` builds them only to find the failures).
+    being parsed does not define; ``dags/campaign_errors.py`` reads and checks with ``build=False``.
 
     Within Airflow's import timeout of the DAG file no spec's budget reaches past :data:`FILE_RESERVE_S` before
     its end; once the specs before have used that much, the others are not built but errors naming the reason
@@ -144,8 +143,9 @@ def load_and_build(
             spec = load_checked(path)
             return spec, build_checked(spec, path, register) if build else None
     except OverBudget:
+        work = "reading, checking and building it" if build else "reading and checking it"
         message = (
-            f"not built: reading, checking and building it took more than {seconds:.3g} s, a spec's budget "
+            f"not built: {work} took more than {seconds:.3g} s, a spec's budget "
             f"(make it smaller: fewer configs, servers or argument values)"
         )
         raise SpecError(path, [FieldError("", message, None)]) from None
@@ -247,7 +247,6 @@ def _before_benchmark(
         payload=spec.payload_name,
         git=spec.git_payload.model_dump() if spec.git_payload else None,
         requires=spec.requires,
-        bundled=[TELEMETRY_PAYLOAD],
         execution_timeout=_seconds(timeouts.deploy),
         **on_host,
     )

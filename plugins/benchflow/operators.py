@@ -19,7 +19,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from benchflow import cleanup, params
 from benchflow.hosts import Host, HostError, get_host
 from benchflow.manifest import MANIFEST_NAME
-from benchflow.paths import KERNELS_DIR, kernels_dir
+from benchflow.paths import HOST_CORE, HOST_CORE_DIR, kernels_dir
 from benchflow.remote import gpus, jobs, layout, lease, preflight
 
 if TYPE_CHECKING:
@@ -214,8 +214,8 @@ class DeployPayloadOperator(HostOperator):
     A git payload (``git``: repo, ref, path) is the tree of the commit its ref names (the run's ``payload_ref``
     param, else the spec's ref), resolved once to a full sha and shipped the same way; the commit is in the
     XCom and in the run's record. Payloads it ``requires`` go inside it, as ``payload/<name>/`` (the serving
-    target uses ``moe``), and so does the project's own host code it ``bundled`` (``kernels/telemetry``: the
-    GPU sampler and the phase log).
+    target uses ``moe``), and so does the host core (``payload/benchhost/``: the GPU sampler, the phase log, the
+    load search), whatever the payload.
     """
 
     def __init__(
@@ -224,21 +224,18 @@ class DeployPayloadOperator(HostOperator):
         payload: str,
         git: dict[str, str] | None = None,
         requires: list[str] | None = None,
-        bundled: list[str] | None = None,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
         self.payload = payload
         self.git = git
         self.requires = requires or []
-        self.bundled = bundled or []  # the project's own host code (kernels/telemetry), whatever the payloads' folder
 
     def execute(self, context: Context) -> dict[str, Any]:
         from benchflow import payloads
 
         target = f"{self.rundir(context)}/payload"
-        for name in self.bundled:
-            self.host.put_tree(KERNELS_DIR / name, f"{target}/{name}")
+        self.host.put_tree(HOST_CORE_DIR, f"{target}/{HOST_CORE}")
         for name in self.requires:
             self.host.put_tree(kernels_dir() / name, f"{target}/{name}")
         commit = ref = None
@@ -544,7 +541,7 @@ TELEMETRY_JOB = "telemetry"
 
 
 class LaunchSamplerOperator(HostOperator):
-    """Start the GPU sampler detached beside the benchmark (``payload/telemetry/sampler.py``: NVML, else
+    """Start the GPU sampler detached beside the benchmark (``python -m benchhost.sampler`` in the payload: NVML, else
     ``nvidia-smi -lms``), writing into the run directory's ``telemetry/`` job folder, and wait for its first
     samples; a host without GPUs (preflight's facts) runs none and says so once. Its teardown stops it."""
 
@@ -555,7 +552,7 @@ class LaunchSamplerOperator(HostOperator):
         self.facts, self.period_ms, self.max_bytes = facts, period_ms, max_bytes
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from benchflow.telemetry import host as sampler
+        from benchflow.remote import sampler
 
         paths, rundir = self.job(context), self.rundir(context)
         if str(dict(self.facts or {}).get("gpu_count", "0")) == "0":
@@ -567,12 +564,9 @@ class LaunchSamplerOperator(HostOperator):
             self.claim(paths, context["run_id"])
             return {"sampler": "attached", "pid": running.pid}
         ready = f"{paths.job_dir}/ready"
-        script = f"{rundir}/payload/telemetry/sampler.py"
-        out = paths.job_dir
-        command = sampler.sampler_command(self.host.python, script, out, self.period_ms, self.max_bytes, ready)
-        launch = jobs.launch_command(
-            paths, f"exec {command}", cwd=rundir, env={"PYTHONUNBUFFERED": "1"}, run_id=context["run_id"]
-        )
+        command = sampler.sampler_command(self.host.python, paths.job_dir, self.period_ms, self.max_bytes, ready)
+        env = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": f"{rundir}/payload"}  # the host core inside the payload
+        launch = jobs.launch_command(paths, f"exec {command}", cwd=rundir, env=env, run_id=context["run_id"])
         pid = jobs.parse_pid(self.host.check(launch, timeout=60, what="launch the telemetry sampler").stdout)
         if self.host.run(sampler.wait_ready_command(ready, 30), 60).rc != 0:
             self.log.warning("the sampler wrote no samples within 30 s; last lines:\n%s", self.log_tail(paths))

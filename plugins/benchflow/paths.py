@@ -5,10 +5,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import benchhost
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CAMPAIGNS_DIR = PROJECT_ROOT / "include" / "campaigns"
 SQL_DIR = PROJECT_ROOT / "include" / "sql"
 KERNELS_DIR = PROJECT_ROOT / "kernels"
+# The host core (stdlib only): shipped inside every payload as payload/benchhost/, beside the payload's scripts.
+HOST_CORE_DIR = Path(benchhost.__file__).resolve().parent
+HOST_CORE = HOST_CORE_DIR.name
 
 
 def campaigns_dir() -> Path:

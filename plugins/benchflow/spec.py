@@ -283,7 +283,7 @@ class Telemetry(_Model):
 
 
 class Validity(_Model):
-    """When a result is not ``ok``: the limits of the rules of :mod:`benchflow.telemetry.validity` (data, with its
+    """When a result is not ``ok``: the limits of the rules of :mod:`benchhost.telemetry.validity` (data, with its
     defaults); rows that are noisy, throttled or contended are stored but never a baseline."""
 
     kernel_spread_max: float = Field(default=1.5, gt=1, description="p90 / p10 of a kernel row's timed calls")
@@ -293,7 +293,7 @@ class Validity(_Model):
     max_others_busy_pct: float | None = Field(default=None, ge=0, le=100, description="others' CPU use, %; null: off")
 
     def limits(self) -> Any:
-        from benchflow.telemetry.validity import Limits
+        from benchhost.telemetry.validity import Limits
 
         return Limits(**self.model_dump())
 

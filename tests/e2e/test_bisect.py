@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from benchflow.warehouse import Warehouse, queries
-from tests.airflow_stack import AirflowStack, campaign_folder
+from benchtools.loopback_sshd import LoopbackSSHD
+from benchtools.stack import AirflowStack, campaign_folder
 from tests.conftest import VAR
 from tests.e2e.conftest import campaign_dags, run_dag
 from tests.payload_repo import PayloadRepo, make_payload_repo
-from tests.sshd import LoopbackSSHD
 
 pytestmark = pytest.mark.e2e
 

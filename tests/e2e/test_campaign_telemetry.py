@@ -16,9 +16,9 @@ import time
 import pytest
 
 from benchflow.warehouse import Warehouse
+from benchtools.loopback_sshd import LoopbackSSHD
 from tests.e2e.conftest import campaign_dags, run_dag
 from tests.gpu_standin import BIN, PYTHON, scenario_module, write_scenario
-from tests.sshd import LoopbackSSHD
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -22,11 +21,9 @@ import pytest
 
 from benchflow.kinds import parse_text
 from benchflow.paths import host_python
+from benchhost import loadsearch as ls
+from benchtools.loopback_sshd import free_port
 from tests.conftest import PROJECT_ROOT
-from tests.sshd import free_port
-
-sys.path.insert(0, str(PROJECT_ROOT / "kernels" / "serving"))
-import loadsearch as ls
 
 pytestmark = pytest.mark.integration
 

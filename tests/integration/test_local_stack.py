@@ -23,9 +23,9 @@ import psutil
 import pytest
 import requests
 
-from tests.airflow_stack import pg_admin
+from benchtools.loopback_sshd import free_port
+from benchtools.stack import pg_admin
 from tests.conftest import FIXTURES, PROJECT_ROOT, live_group_members
-from tests.sshd import free_port
 
 pytestmark = pytest.mark.integration
 BENCH = Path(sys.executable).parent / "bench"

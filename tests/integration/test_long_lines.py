@@ -16,8 +16,8 @@ import pytest
 from benchflow.hosts import get_host
 from benchflow.operators import DoneMarkerSensor
 from benchflow.remote import jobs, layout
-from benchflow.runner.watch import READ_CHUNK, Watch, echo
 from benchflow.triggers import DoneMarkerTrigger
+from benchtools.runner.watch import READ_CHUNK, Watch, echo
 
 pytestmark = pytest.mark.integration
 LINE = 100_000_000  # bytes, no newline

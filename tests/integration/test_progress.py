@@ -1,4 +1,4 @@
-"""``bench run``, quiet (benchflow.runner), as a user runs it: the real CLI in a subprocess, campaigns of the
+"""``bench run``, quiet (benchtools.runner), as a user runs it: the real CLI in a subprocess, campaigns of the
 fault payload on the local host, Airflow's metadata in the test PostgreSQL database.
 
 A good run prints a line per task, the wait's progress and the table, with Airflow's logs only in the file it
@@ -243,7 +243,7 @@ def signalled(proc: subprocess.Popen[str], var_dir: Path, signum: int) -> None:
 def test_on_a_terminal_the_progress_line_is_rewritten_in_place(tmp_path):
     import io
 
-    from benchflow.runner import Watch
+    from benchtools.runner import Watch
 
     log = tmp_path / "run.log"
     log.write_text(

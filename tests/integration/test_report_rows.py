@@ -11,13 +11,13 @@ from datetime import UTC, datetime
 import pytest
 
 from benchflow import kinds
-from benchflow.runner.watch import Watch
 from benchflow.spec import load_spec
 from benchflow.warehouse import RunRecord, Warehouse
+from benchtools.runner.watch import Watch
 
 pytestmark = pytest.mark.integration
 KERNEL = kinds.get("kernel")
-report = importlib.import_module("benchflow.runner.report")  # the module (the package exports its function)
+report = importlib.import_module("benchtools.runner.report")  # the module (the package exports its function)
 
 
 def test_a_run_with_many_rows_prints_the_first_and_counts_the_rest(tmp_path, monkeypatch):

@@ -92,7 +92,7 @@ def sql(monkeypatch, capsys):
     """``bench sql`` in this process (the attack matrix: one interpreter start instead of fifty)."""
 
     def run(env, *args):
-        from benchflow import cli
+        from benchtools import cli
 
         monkeypatch.setenv("AIRFLOW_CONN_BENCH_WAREHOUSE", env["AIRFLOW_CONN_BENCH_WAREHOUSE"])
         code = cli.main(["sql", *args])

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from benchflow.kinds import parse_text
-from benchflow.telemetry import files, hostload, summary, validity, window
+from benchhost.telemetry import files, hostload, summary, validity, window
 from tests.conftest import PROJECT_ROOT
-from tests.gpu_standin import SAMPLER, env, python, scenario_module, write_scenario
+from tests.gpu_standin import HOST_CORE, SAMPLER, env, host_env, python, scenario_module, write_scenario
 
 pytestmark = pytest.mark.integration
 MOE = PROJECT_ROOT / "kernels" / "moe"
@@ -56,7 +56,7 @@ def check_load(snapshot: dict) -> None:
 def test_bench_moe_writes_one_phase_per_m_with_its_timed_window_and_host_load(tmp_path):
     out = tmp_path / "results.jsonl"
     command = [python(), "bench_moe.py", "--m-list", "1,4,16", "--iters", "5", "--energy-s", "0.05", "--out", str(out)]
-    done = subprocess.run(command, cwd=MOE, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(command, cwd=MOE, env=host_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     rows, phases = jsonl(out), jsonl(tmp_path / "phases.jsonl")
     assert all(set(row) == ROW_KEYS for row in rows)  # the rows are as they were
@@ -78,21 +78,22 @@ def test_bench_moe_writes_one_phase_per_m_with_its_timed_window_and_host_load(tm
 
 @pytest.mark.parametrize("telemetry", [True, False])
 def test_bench_moe_deployed_with_or_without_the_telemetry_payload_prints_the_table_it_printed(tmp_path, telemetry):
-    """Deployed layout: the payload's files in one directory, a required payload inside it. Without
-    telemetry/ it writes no phases and says so in a header line; the table parses as before either way."""
+    """Deployed layout: the payload's files in one directory, the host core inside it. Without benchhost/ it
+    writes no phases and says so in a header line; the table parses as before either way."""
     payload = tmp_path / "payload"
     shutil.copytree(MOE, payload, ignore=shutil.ignore_patterns("__pycache__", "test_*", "conftest.py"))
     if telemetry:
-        shutil.copytree(PROJECT_ROOT / "kernels" / "telemetry", payload / "telemetry")
+        shutil.copytree(HOST_CORE / "benchhost", payload / "benchhost")
     out = tmp_path / "results.jsonl"
     command = [python(), "bench_moe.py", "--m-list", "2,8", "--iters", "3", "--out", str(out)]
-    done = subprocess.run(command, cwd=payload, capture_output=True, text=True, timeout=600)
+    alone = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # only what the payload carries
+    done = subprocess.run(command, cwd=payload, env=alone, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     parsed = parse_text(done.stdout)
     assert parsed.complete and parsed.warnings == [] and not parsed.dropped
     assert [row["m"] for row in parsed.rows] == [2, 8]
     assert (tmp_path / "phases.jsonl").exists() is telemetry
-    note = "Phases: not recorded (no telemetry/phaselog.py beside the payload)"
+    note = "Phases: not recorded (no benchhost beside the payload)"
     assert (note in done.stdout.splitlines()) is not telemetry
 
 
@@ -116,7 +117,7 @@ def healthy(port: int) -> bool:
 
 
 def start_sampler(out: Path, environ: dict[str, str]) -> subprocess.Popen[bytes]:
-    command = [python(), str(SAMPLER), "--out", str(out), "--period-ms", "50", "--marker-file", str(out / "ready")]
+    command = [python(), *SAMPLER, "--out", str(out), "--period-ms", "50", "--marker-file", str(out / "ready")]
     out.mkdir(parents=True)
     return subprocess.Popen(command, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -151,7 +152,7 @@ def pd_sweep(tmp_path_factory):
         sweep += ["--client", "sglang", "--concurrency", "1,4", "--prompts", "4,16", "--input-len", "16"]
         sweep += ["--output-len", "16", "--out", str(run / "results.jsonl")]
         done = subprocess.run(
-            sweep, cwd=payload, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=600
+            sweep, cwd=payload, env=host_env(HF_HUB_OFFLINE="1"), capture_output=True, text=True, timeout=600
         )
         time.sleep(0.3)  # a few samples past the end
         yield run, cfg, done
@@ -259,7 +260,7 @@ def isolated_sweep(out: Path, hogs: int) -> tuple[list[dict], list[files.Phase]]
         "sys.exit(code)\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", launcher], cwd=MOE, env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True
+        [sys.executable, "-c", launcher], cwd=MOE, env=host_env(OMP_NUM_THREADS="1"), start_new_session=True
     )
     try:
         Path(f"/proc/{proc.pid}/autogroup").write_text("-20")

@@ -1,4 +1,4 @@
-"""kernels/telemetry/sampler.py as a real process against the stand-in NVML and nvidia-smi (one scenario, one
+"""benchhost.sampler (the host core) as a real process against the stand-in NVML and nvidia-smi (one scenario, one
 truth): samples from the first moment, values as the GPUs reported them, a clean stop on SIGTERM, the size
 bound, old drivers' names, no GPU at all; and joules per token from what it sampled, within 1 % of the truth.
 The project's existing nvidia-smi calls (preflight, gpus_free) work with the stand-in on PATH too."""
@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from benchflow.remote import gpus, preflight
-from benchflow.telemetry import files, summary, window
+from benchhost.telemetry import files, summary, window
 from tests.gpu_standin import SAMPLER, env, python, scenario_module, write_scenario
 
 pytestmark = pytest.mark.integration
@@ -33,7 +33,7 @@ def wait_for(predicate, timeout: float = 60.0, what: str = "condition") -> None:
 
 
 def start(out: Path, environ: dict[str, str], *extra: str) -> subprocess.Popen[str]:
-    command = [python(), str(SAMPLER), "--out", str(out), "--period-ms", "100", *extra]
+    command = [python(), *SAMPLER, "--out", str(out), "--period-ms", "100", *extra]
     return subprocess.Popen(command, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

@@ -35,7 +35,7 @@ def dags(tmp_path_factory):
     also as the api-server holds it (serialized to JSON and back)."""
     from airflow.serialization.serialized_objects import DagSerialization
 
-    from benchflow.airflow_setup import configure_airflow
+    from benchtools.airflow_env import configure_airflow
 
     configure_airflow()
     from benchflow.factory import load_and_build

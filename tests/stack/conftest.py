@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.airflow_stack import AirflowStack, campaign_folder
+from benchtools.loopback_sshd import LoopbackSSHD
+from benchtools.stack import AirflowStack, campaign_folder
 from tests.conftest import FIXTURES, VAR
-from tests.sshd import LoopbackSSHD
 
 SPEC = """\
 description: {what} on host {host}

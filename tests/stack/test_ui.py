@@ -22,7 +22,7 @@ from benchflow import kinds
 from benchflow.analysis.regressions import assess
 from benchflow.spec import RegressionLimits
 from benchflow.warehouse import RunRecord, Warehouse
-from tests.airflow_stack import PASSWORD, USER
+from benchtools.stack import PASSWORD, USER
 from tests.conftest import PROJECT_ROOT
 
 pytestmark = pytest.mark.stack

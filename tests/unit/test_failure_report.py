@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchflow.runner.watch import failure_of, progress_text
+from benchtools.runner.watch import failure_of, progress_text
 
 pytestmark = pytest.mark.unit
 START = "2026-12-01T23:47:30.1Z [info     ] [DAG TEST] starting task_id={task} map_index=-1 [airflow.sdk] loc=x\n"

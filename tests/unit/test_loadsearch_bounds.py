@@ -1,4 +1,4 @@
-"""The load search's statistics (kernels/serving/loadsearch.py): binomial probabilities against exact
+"""The load search's statistics (benchhost.loadsearch): binomial probabilities against exact
 rational arithmetic, the order-statistic and Clopper–Pearson bounds against published values and by their
 coverage in simulation, the smallest probe per percentile, SLO keys, and a probe's verdict."""
 
@@ -7,15 +7,11 @@ from __future__ import annotations
 import json
 import math
 import random
-import sys
 from fractions import Fraction
 
 import pytest
 
-from tests.conftest import PROJECT_ROOT
-
-sys.path.insert(0, str(PROJECT_ROOT / "kernels" / "serving"))  # the payload, imported as it runs on a host
-import loadsearch as ls
+from benchhost import loadsearch as ls
 
 pytestmark = pytest.mark.unit
 

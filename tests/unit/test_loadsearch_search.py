@@ -1,4 +1,4 @@
-"""The load search's state machine (kernels/serving/loadsearch.py) against simulated servers whose SLO
+"""The load search's state machine (benchhost.loadsearch) against simulated servers whose SLO
 boundary is known: it converges within the precision and within the probe count a binary search implies,
 spends its repeats near the boundary when the server is noisy, and stops ``budget`` or ``range`` with the
 bracket it has."""
@@ -8,14 +8,10 @@ from __future__ import annotations
 import json
 import math
 import random
-import sys
 
 import pytest
 
-from tests.conftest import PROJECT_ROOT
-
-sys.path.insert(0, str(PROJECT_ROOT / "kernels" / "serving"))  # the payload, imported as it runs on a host
-import loadsearch as ls
+from benchhost import loadsearch as ls
 
 pytestmark = pytest.mark.unit
 

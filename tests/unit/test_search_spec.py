@@ -15,7 +15,6 @@ from pydantic import ValidationError
 
 from benchflow.kinds.serving import search
 from benchflow.kinds.serving.search import SearchSpec
-from tests.conftest import PROJECT_ROOT
 
 pytestmark = pytest.mark.unit
 
@@ -113,9 +112,8 @@ def test_whole_floats_are_a_concurrency_range():
     assert SearchSpec.model_validate({**EXAMPLE, "range": [1.0, 64.0]}).range == (1, 64)
 
 
-def test_the_statistics_are_the_payloads_file_and_importing_them_needs_no_airflow():
-    assert search.PAYLOAD_MODULE == PROJECT_ROOT / "kernels" / "serving" / "loadsearch.py"
-    assert search.loadsearch.__file__ == str(search.PAYLOAD_MODULE)
+def test_the_statistics_are_the_host_cores_and_importing_them_needs_no_airflow():
+    assert search.loadsearch.__name__ == "benchhost.loadsearch"  # the module the sweep driver decides with
     assert search.min_requests(0.99) == 299 and search.min_requests(0.5) == 5
     assert search.undersized({"p90_tpot_ms": 30}, 28) == [
         "p90_tpot_ms: a P90 bound at 95 % confidence needs at least 29 requests per probe, prompts_per_probe is 28"

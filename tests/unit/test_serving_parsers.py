@@ -441,7 +441,7 @@ def test_figures_lost_past_an_unexpected_line_are_a_problem_that_drops_them():
 
 
 def test_bench_parse_with_a_forced_kind_on_text_without_results_exits_nonzero_saying_why(tmp_path, capsys):
-    from benchflow import cli
+    from benchtools import cli
 
     path = tmp_path / "notes.txt"
     path.write_text("We ran the benchmark twice.\nGPU util: 97\n")

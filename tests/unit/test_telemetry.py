@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from benchflow.telemetry import energy, files, host, hostload, reasons, summary, validity, window
-from benchflow.telemetry.files import Sample
+from benchflow.remote import sampler as host
+from benchhost import sampler
+from benchhost.telemetry import energy, files, hostload, reasons, summary, validity, window
+from benchhost.telemetry.files import Sample
 from tests.conftest import FIXTURES, PROJECT_ROOT
 from tests.gpu_standin import scenario_module
 
@@ -29,7 +31,6 @@ def load_script(path: Path, name: str):
     return module
 
 
-sampler = load_script(PROJECT_ROOT / "kernels" / "telemetry" / "sampler.py", "telemetry_sampler_under_test")
 sweep = load_script(PROJECT_ROOT / "kernels" / "serving" / "sweep.py", "serving_sweep_under_test")
 scenario = scenario_module()
 
@@ -454,18 +455,18 @@ def test_request_times_of_the_local_load_generator_put_the_first_completion_at_i
 
 
 def test_sampler_command_quotes_every_word_and_refuses_bad_values():
-    command = host.sampler_command("/opt/py env/python", "/run/x/telemetry/sampler.py", "/run/x/tel; rm -rf /", 200)
+    command = host.sampler_command("/opt/py env/python", "/run/x/tel; rm -rf /", 200)
     assert command == (
-        "'/opt/py env/python' /run/x/telemetry/sampler.py --out '/run/x/tel; rm -rf /' --period-ms 200 "
+        "'/opt/py env/python' -m benchhost.sampler --out '/run/x/tel; rm -rf /' --period-ms 200 "
         f"--max-bytes {host.DEFAULT_MAX_BYTES}"
     )
     assert command.endswith("--max-bytes 268435456")
-    assert "--marker-file /r/ready" in host.sampler_command("py", "s.py", "/r", marker_file="/r/ready")
+    assert "--marker-file /r/ready" in host.sampler_command("py", "/r", marker_file="/r/ready")
     for bad in ({"period_ms": 5}, {"period_ms": "200"}, {"period_ms": True}, {"max_bytes": 10}):
         with pytest.raises(ValueError):
-            host.sampler_command("py", "s.py", "/r", **bad)
+            host.sampler_command("py", "/r", **bad)
     with pytest.raises(ValueError, match="one line"):
-        host.sampler_command("py", "s.py", "/r\nreboot")
+        host.sampler_command("py", "/r\nreboot")
     assert "test -e /r/ready && exit 0" in host.wait_ready_command("/r/ready", 2)
     assert "$(seq 10)" in host.wait_ready_command("/r", 1)
 

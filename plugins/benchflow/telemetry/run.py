@@ -2,7 +2,7 @@
 its requests' times), read once, and what its result rows gain from it.
 
 The result kind says how its rows join their phases and which columns they gain (its ``telemetry`` hook calls
-:func:`~benchflow.telemetry.summary.kernel_rows` or :func:`~benchflow.telemetry.summary.serving_rows`); this module
+:func:`~benchhost.telemetry.summary.kernel_rows` or :func:`~benchhost.telemetry.summary.serving_rows`); this module
 holds what every kind's hook is given, and the per-phase, per-GPU rows and the raw samples that go to their own
 tables whatever the kind.
 """
@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from benchflow.telemetry.files import Phase, Sample, read_info, read_phases, read_samples
-from benchflow.telemetry.summary import gpu_servers, phase_gpu_rows
-from benchflow.telemetry.validity import Limits
+from benchhost.telemetry.files import Phase, Sample, read_info, read_phases, read_samples
+from benchhost.telemetry.summary import gpu_servers, phase_gpu_rows
+from benchhost.telemetry.validity import Limits
 
 SAMPLES_FILE = "telemetry/samples.csv"  # in the run directory: the sampler's job folder
 INFO_FILE = "telemetry/telemetry.json"

@@ -19,6 +19,7 @@ from airflow.providers.common.sql.hooks.sql import DbApiHook
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 
 LOCK_WAIT_S = 300.0
+LOCAL_PG = ("127.0.0.1", 5432, "postgres")  # the PostgreSQL server of a machine that runs it for Airflow (trust)
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 # Whether the session's role may write files or run programs on the server (what a read-only transaction allows)
 _MIGHTY_ROLE = (
@@ -367,3 +368,63 @@ def ensure_postgres_database(host: str, port: int, user: str, database: str) -> 
     finally:
         con.close()
     return True
+
+
+def _admin(host: str, port: int, user: str) -> Any:
+    import psycopg2
+
+    con = psycopg2.connect(host=host, port=port, user=user, dbname="postgres", connect_timeout=10)
+    con.autocommit = True
+    return con
+
+
+def create_postgres_database(name: str, template: str | None = None, server: tuple[str, int, str] = LOCAL_PG) -> None:
+    """``CREATE DATABASE name [TEMPLATE template]`` on a PostgreSQL server (a test's or a stack's metadata DB; a
+    template is an already migrated database, copied file by file). Names are quoted as identifiers."""
+    from psycopg2 import sql
+
+    statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template:
+        statement = sql.SQL("{} TEMPLATE {}").format(statement, sql.Identifier(template))
+    con = _admin(*server)
+    try:
+        with con.cursor() as cur:
+            cur.execute(statement)
+    finally:
+        con.close()
+
+
+def drop_postgres_database(name: str, server: tuple[str, int, str] = LOCAL_PG) -> None:
+    """``DROP DATABASE IF EXISTS name WITH (FORCE)``: its sessions are ended first."""
+    from psycopg2 import sql
+
+    con = _admin(*server)
+    try:
+        with con.cursor() as cur:
+            cur.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    finally:
+        con.close()
+
+
+def postgres_database_exists(name: str, server: tuple[str, int, str] = LOCAL_PG) -> bool:
+    con = _admin(*server)
+    try:
+        with con.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
+            return cur.fetchone() is not None
+    finally:
+        con.close()
+
+
+def rename_postgres_database(name: str, new_name: str, server: tuple[str, int, str] = LOCAL_PG) -> None:
+    """``ALTER DATABASE name RENAME TO new_name`` (a database built under a temporary name, published whole)."""
+    from psycopg2 import sql
+
+    con = _admin(*server)
+    try:
+        with con.cursor() as cur:
+            cur.execute(
+                sql.SQL("ALTER DATABASE {} RENAME TO {}").format(sql.Identifier(name), sql.Identifier(new_name))
+            )
+    finally:
+        con.close()

@@ -115,7 +115,7 @@ def case_conf(case_key: str, repeats: int) -> dict[str, Any]:
 
 def telemetry(rows: list[dict[str, Any]], run: Any) -> list[dict[str, Any]]:
     """Each row's spread, joules per call, host load and validity; a row meets its phase by dtype and M."""
-    from benchflow.telemetry.summary import kernel_rows
+    from benchhost.telemetry.summary import kernel_rows
 
     keyed = [{**row, "dtype": run.run_args.get("dtype")} for row in rows]
     return kernel_rows(keyed, run.phases, run.samples, run.limits)

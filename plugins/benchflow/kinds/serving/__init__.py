@@ -338,7 +338,7 @@ def _phase_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
 def telemetry(rows: list[dict[str, Any]], run: Any) -> list[dict[str, Any]]:
     """Each row's joules per output token over its phase's steady state, host load and validity; the GPUs of a
     config are its servers' (``gpus`` in the spec), so prefill and decode GPUs are told apart."""
-    from benchflow.telemetry.summary import serving_rows
+    from benchhost.telemetry.summary import serving_rows
 
     return serving_rows(rows, run.requests, run.phases, run.samples, run.gpu_servers, run.limits)
 

@@ -14,16 +14,12 @@ benchmark:
 ```
 
 One source of truth for the statistics: the rules that refuse a probe too small for its percentile are the
-payload's own (``kernels/serving/loadsearch.py``, stdlib only, which decides on the host), loaded here by
-path from the project's ``kernels/`` without importing Airflow or putting the payload on ``sys.path``.
+host core's (:mod:`benchhost.loadsearch`, stdlib only, which decides on the host).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from types import ModuleType
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -37,30 +33,8 @@ from pydantic import (
     field_validator,
 )
 
-from benchflow.paths import KERNELS_DIR
+from benchhost import loadsearch
 
-PAYLOAD_MODULE = KERNELS_DIR / "serving" / "loadsearch.py"
-_MODULE_NAME = "benchflow_payload_loadsearch"
-
-
-def _load_payload() -> ModuleType:
-    """``kernels/serving/loadsearch.py`` as a module (registered first: its dataclasses look themselves up)."""
-    if (loaded := sys.modules.get(_MODULE_NAME)) is not None:
-        return loaded
-    spec = importlib.util.spec_from_file_location(_MODULE_NAME, PAYLOAD_MODULE)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {PAYLOAD_MODULE}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[_MODULE_NAME] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[_MODULE_NAME]
-        raise
-    return module
-
-
-loadsearch = _load_payload()
 CONFIDENCE: float = loadsearch.CONFIDENCE
 
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchflow.runner.watch import TaskView, Watch, _as_dt, failure_of, last_error
+from benchtools.runner.watch import TaskView, Watch, _as_dt, failure_of, last_error
 
 if TYPE_CHECKING:
     from benchflow.spec import CampaignSpec

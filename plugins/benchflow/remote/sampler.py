@@ -1,4 +1,4 @@
-"""Shell commands for the sampler on a host (pure builders, as in benchflow.remote): what a launch step runs
+"""Shell commands for the GPU sampler on a host (pure builders): what a launch step runs
 (detached, through ``remote.jobs.launch_command`` like any job) and how it waits for the first samples. Every
 value is validated and shell-quoted."""
 
@@ -18,18 +18,18 @@ def _path(value: str, what: str) -> str:
 
 def sampler_command(
     python: str,
-    script: str,
     out_dir: str,
     period_ms: int = 200,
     max_bytes: int = DEFAULT_MAX_BYTES,
     marker_file: str | None = None,
 ) -> str:
-    """``python sampler.py --out DIR --period-ms N --max-bytes N [--marker-file F]``, every word quoted."""
+    """``python -m benchhost.sampler --out DIR --period-ms N --max-bytes N [--marker-file F]``, every word quoted
+    (run where the host core is importable: the payload's folder on ``PYTHONPATH``)."""
     if isinstance(period_ms, bool) or not isinstance(period_ms, int) or not MIN_PERIOD_MS <= period_ms <= MAX_PERIOD_MS:
         raise ValueError(f"period_ms must be an integer in {MIN_PERIOD_MS}..{MAX_PERIOD_MS}, got {period_ms!r}")
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1024:
         raise ValueError(f"max_bytes must be an integer >= 1024, got {max_bytes!r}")
-    words = [_path(python, "python"), _path(script, "script"), "--out", _path(out_dir, "out_dir")]
+    words = [_path(python, "python"), "-m", "benchhost.sampler", "--out", _path(out_dir, "out_dir")]
     words += ["--period-ms", str(period_ms), "--max-bytes", str(max_bytes)]
     if marker_file is not None:
         words += ["--marker-file", _path(marker_file, "marker_file")]

@@ -1,5 +1,5 @@
 """The host's load over a phase, from the two snapshots the benchmark took at its boundaries
-(``load_start``/``load_end`` of a phases.jsonl line; kernels/telemetry/phaselog.py writes them).
+(``load_start``/``load_end`` of a phases.jsonl line; benchhost.phaselog writes them).
 
 * ``steal_pct``: Δsteal / Δtotal of /proc/stat's cpu line (total = user … steal; guest is inside user);
 * ``busy_pct``: the CPUs' busy share, Δ(total − idle − iowait) / Δtotal;

@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from benchflow.telemetry.energy import GpuPhase, energy, phase_gpus
-from benchflow.telemetry.files import Phase, Sample, by_gpu, match_rows
-from benchflow.telemetry.hostload import HostLoad, host_load
-from benchflow.telemetry.validity import Limits, Verdict, contention, kernel_noise, serving_noise, throttling, verdict
-from benchflow.telemetry.window import phase_span, steady_window, tokens_between
+from benchhost.telemetry.energy import GpuPhase, energy, phase_gpus
+from benchhost.telemetry.files import Phase, Sample, by_gpu, match_rows
+from benchhost.telemetry.hostload import HostLoad, host_load
+from benchhost.telemetry.validity import Limits, Verdict, contention, kernel_noise, serving_noise, throttling, verdict
+from benchhost.telemetry.window import phase_span, steady_window, tokens_between
 
 KERNEL_PHASE = ("dtype", "m")  # what joins a kernel sweep's rows to their phases
 SERVING_PHASE = ("config", "concurrency", "repeat")  # and a serving sweep's

@@ -1,24 +1,44 @@
 """The child of ``bench run``: set Airflow up for this project, build the campaign's DAG and run it once with
 ``dag.test()``, its output into the run's log file; the outcome goes to a small JSON file the parent reads.
 
-    python -m benchflow.runner.child SPEC_PATH WHEN_ISO CONF_JSON RESULT_FILE
+    python -m benchtools.runner.child SPEC_PATH WHEN_ISO CONF_JSON RESULT_FILE
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import Any
+
+# What bench run's runs carry so that a running stack's scheduler and triggerer leave them to dag.test: a pool of
+# no slots (the scheduler never queues its tasks) and a trigger queue no triggerer of the stack consumes.
+BENCH_RUN_POOL = "bench_run"
+BENCH_RUN_QUEUE = "bench_run"
+
+
+def leave_to_dag_test(dag: Any) -> None:
+    """The metadata database is the one this checkout's stack (``bench up``) uses, so the run's tasks go to a pool
+    of no slots (that stack's scheduler never queues them) and their triggers to a queue no triggerer of the stack
+    consumes (it is started without ``--queues``): only ``dag.test()`` runs them."""
+    from airflow.models.pool import Pool
+
+    os.environ["AIRFLOW__TRIGGERER__QUEUES_ENABLED"] = "True"
+    about = "bench run's runs: dag.test() runs their tasks, never a scheduler (no slots)"
+    Pool.create_or_update_pool(BENCH_RUN_POOL, 0, about, include_deferred=False)
+    for task in dag.tasks:
+        task.pool = BENCH_RUN_POOL
+        task.queue = BENCH_RUN_QUEUE
 
 
 def child_main(argv: list[str]) -> int:
     """Set up, run the DAG once (the arguments: see the module's docstring)."""
     spec_path, when_iso, conf_json, result_file = argv
-    from benchflow.airflow_setup import configure_airflow, ensure_pools
-    from benchflow.local_stack import leave_to_dag_test
     from benchflow.paths import PROJECT_ROOT
     from benchflow.spec import load_spec
+    from benchtools.airflow_env import configure_airflow, ensure_pools
 
     spec = load_spec(Path(spec_path))
     configure_airflow()

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from benchflow.telemetry import reasons as clock_reasons
-from benchflow.telemetry.files import Sample
+from benchhost.telemetry import reasons as clock_reasons
+from benchhost.telemetry.files import Sample
 
 
 @dataclass(frozen=True)

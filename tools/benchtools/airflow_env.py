@@ -18,7 +18,7 @@ _PATHSPEC_DEPRECATION = r"GitWildMatchPattern \('gitwildmatch'\) is deprecated"
 def configure_airflow() -> None:
     """Point Airflow at this project unless the environment already does (a deployment, the tests): this
     checkout's Airflow home and metadata database, the ones ``bench up`` uses too (so every ``bench run`` is in
-    its UI; :func:`benchflow.local_stack.metadata_db` chooses and records the database)."""
+    its UI; :func:`benchtools.metadata_db.metadata_db` chooses and records the database)."""
     home = var_dir() / "airflow"
     home.mkdir(parents=True, exist_ok=True)
     defaults = {
@@ -32,7 +32,7 @@ def configure_airflow() -> None:
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
     if "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" not in os.environ:
-        from benchflow.local_stack import ensure_database, metadata_db, unreachable
+        from benchtools.metadata_db import ensure_database, metadata_db, unreachable
 
         uri = metadata_db()[0]  # before anything imports Airflow: it reads its connection once
         os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = uri

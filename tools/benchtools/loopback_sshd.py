@@ -1,8 +1,8 @@
 """A second "machine" on this one: a real OpenSSH server on a loopback port.
 
 It has its own generated host key (pinned in the Airflow connection it describes), accepts one
-generated client key and no passwords, and keeps runs in its own workdir. Used by the tests and by
-the benchmarks under bench/.
+generated client key and no passwords, and keeps runs in its own workdir: a GPU host to try campaigns over real
+SSH on one machine. Used by the tests and by the benchmarks under bench/.
 """
 
 from __future__ import annotations
@@ -16,13 +16,9 @@ from pathlib import Path
 
 import psutil
 
+from benchtools.net import free_port
+
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class LoopbackSSHD:

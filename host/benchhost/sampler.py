@@ -1,6 +1,6 @@
 """GPU telemetry sampler: runs beside a benchmark (and its servers) until SIGTERM, one row per GPU per period.
 
-    python sampler.py --out DIR [--period-ms 200] [--max-bytes 268435456] [--marker-file F] [--max-s 0]
+    python -m benchhost.sampler --out DIR [--period-ms 200] [--max-bytes 268435456] [--marker-file F] [--max-s 0]
 
 Standard library only, plus ``pynvml`` (package ``nvidia-ml-py``) when it imports. Sources, in order:
 
@@ -47,20 +47,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-COLUMNS = (
-    "t",
-    "index",
-    "uuid",
-    "power_w",
-    "energy_j",
-    "sm_mhz",
-    "mem_mhz",
-    "temp_c",
-    "util_gpu_pct",
-    "util_mem_pct",
-    "mem_used_mib",
-    "clock_reasons",
-)
+from benchhost.telemetry.files import SAMPLE_COLUMNS as COLUMNS
+
 # Column → nvidia-smi --query-gpu names, most wanted first (nvidia-smi --help-query-gpu spells them).
 SMI_FIELDS = (
     ("t", ("timestamp",)),

@@ -1,16 +1,16 @@
 """Run one command with the GPU sampler beside it, then print the telemetry per phase: one command on a GPU host.
 
-    cd kernels/moe && python ../telemetry/with_telemetry.py --dir "$OUT/telemetry" -- python gpu_check.py
+    cd kernels/moe
+    PYTHONPATH=../../host python -m benchhost.with_telemetry --dir "$OUT/telemetry" -- python gpu_check.py
 
-Starts ``sampler.py --out DIR`` (NVML, else nvidia-smi, else it says there is no GPU), waits for its first
-samples, runs the command unchanged (its output and exit status are the command's; ``$BENCH_ENERGY_S`` is set
-to ``--energy-s`` unless already set, so bench_moe.py adds a loop of each M's timed call that long, for energy
+Starts ``python -m benchhost.sampler --out DIR`` (NVML, else nvidia-smi, else it says there is no GPU), waits for
+its first samples, runs the command unchanged (its output and exit status are the command's; ``$BENCH_ENERGY_S``
+is set to ``--energy-s`` unless already set, so bench_moe.py adds a loop of each M's timed call that long, for energy
 per call over many samples), stops the sampler with SIGTERM, and prints per phase and per GPU: mean/max power,
 energy and how it was measured, SM clock, utilisation, peak memory and temperature, throttle reasons; per kernel
 row its energy per call and validity. The phases come from ``--phases`` (default: ``$OUT/phases.jsonl``, beside
 where gpu_check.py writes its rows, else ``./phases.jsonl``), the rows from ``--results`` (default:
-gpu_check.jsonl beside the phases); only what the command appended counts. The summary needs the repository's
-``plugins/benchflow/telemetry`` (found from this file), standard library only.
+gpu_check.jsonl beside the phases); only what the command appended counts. Standard library only (the host core).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
+from benchhost.telemetry import files, summary
 
 
 def start_sampler(out: Path, period_ms: int) -> subprocess.Popen[bytes]:
@@ -33,7 +33,7 @@ def start_sampler(out: Path, period_ms: int) -> subprocess.Popen[bytes]:
     ready = out / "ready.json"
     ready.unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, str(HERE / "sampler.py"), "--out", str(out), "--period-ms", str(period_ms)]
+    command = [sys.executable, "-m", "benchhost.sampler", "--out", str(out), "--period-ms", str(period_ms)]
     sampler = subprocess.Popen([*command, "--marker-file", str(ready)])
     deadline = time.monotonic() + 60
     while not ready.exists() and sampler.poll() is None and time.monotonic() < deadline:
@@ -68,13 +68,8 @@ def size(path: Path) -> int:
     return path.stat().st_size if path.exists() else 0
 
 
-def summary(out: Path, phases_text: str, rows_text: str) -> str:
-    """The per-phase lines (needs plugins/benchflow/telemetry from the repository)."""
-    sys.path.insert(0, str(HERE.parents[1] / "plugins"))
-    try:
-        from benchflow.telemetry import files, summary
-    except ImportError as exc:
-        return f"telemetry summary: not available here ({exc})"
+def phase_lines(out: Path, phases_text: str, rows_text: str) -> str:
+    """The per-phase, per-GPU lines and each kernel row's energy and validity."""
     info = files.read_info((out / "telemetry.json").read_text()) if (out / "telemetry.json").exists() else {}
     samples = files.read_samples((out / "samples.csv").read_text()) if (out / "samples.csv").exists() else []
     phases = files.read_phases(phases_text)
@@ -120,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         code = subprocess.run(command, env=env).returncode
     finally:
         stop_sampler(sampler)
-    print(summary(args.dir, tail(args.phases, offsets[0]), tail(results, offsets[1])), flush=True)
+    print(phase_lines(args.dir, tail(args.phases, offsets[0]), tail(results, offsets[1])), flush=True)
     return code
 
 

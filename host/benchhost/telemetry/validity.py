@@ -29,9 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchflow.telemetry.energy import GpuPhase
-from benchflow.telemetry.hostload import HostLoad
-from benchflow.telemetry.reasons import BENIGN
+from benchhost.telemetry.energy import GpuPhase
+from benchhost.telemetry.hostload import HostLoad
+from benchhost.telemetry.reasons import BENIGN
 
 VALIDITIES = ("ok", "noisy", "throttled", "contended")
 

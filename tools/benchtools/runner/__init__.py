@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from benchflow.runner import metadata
-from benchflow.runner.report import report
-from benchflow.runner.watch import STARTED, Watch, clock, echo, log_path
+from benchtools.runner import metadata
+from benchtools.runner.report import report
+from benchtools.runner.watch import STARTED, Watch, clock, echo, log_path
 
 if TYPE_CHECKING:
     from benchflow.spec import CampaignSpec
@@ -47,7 +47,7 @@ def run(
     command = [
         sys.executable,
         "-m",
-        "benchflow.runner.child",
+        "benchtools.runner.child",
         str(spec_path),
         when.isoformat(),
         conf or "",

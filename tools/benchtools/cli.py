@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchflow.airflow_setup import configure_airflow, ensure_pools
+from benchtools.airflow_env import configure_airflow, ensure_pools
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -121,7 +121,7 @@ def cmd_pools(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """One campaign through Airflow (``dag.test`` in a child process), quietly: a line per task, the wait's
-    progress, the table; Airflow's logs in a file (``-v`` shows them). See :mod:`benchflow.runner`."""
+    progress, the table; Airflow's logs in a file (``-v`` shows them). See :mod:`benchtools.runner`."""
     from benchflow.spec import SpecError, find_spec, load_spec
 
     try:
@@ -137,9 +137,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"--conf is not JSON: {exc}", file=sys.stderr)
             return 2
     configure_airflow()
-    from benchflow import local_stack, runner
+    from benchtools import runner, up
 
-    if problem := local_stack.unreachable(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]):
+    if problem := up.unreachable(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]):
         print(f"bench run: {problem}", file=sys.stderr)
         return 1
 
@@ -253,10 +253,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from benchflow import local_stack
+    from benchtools import up
 
     try:
-        local_stack.up(port=args.port, db=args.db)
+        up.up(port=args.port, db=args.db)
     except RuntimeError as exc:
         print(f"bench up: {exc}", file=sys.stderr)
         return 1
@@ -264,9 +264,9 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from benchflow import local_stack
+    from benchtools import up
 
-    local_stack.down()
+    up.down()
     return 0
 
 

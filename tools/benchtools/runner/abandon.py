@@ -5,7 +5,7 @@ done here (:func:`benchflow.cleanup.undo_started`: the same clean-up ``bench run
 benchmark's process group, stop servers, restore the services, release the host), then the run and its unfinished
 tasks are marked failed through Airflow's models.
 
-    python -m benchflow.runner.abandon        (in the stack's environment: its metadata DB)
+    python -m benchtools.runner.abandon        (in the stack's environment: its metadata DB)
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import sys
 def main() -> int:
     from benchflow.cleanup import undo_started
     from benchflow.factory import build_dag
-    from benchflow.runner import metadata
-    from benchflow.runner.watch import STARTED
     from benchflow.spec import load_all
+    from benchtools.runner import metadata
+    from benchtools.runner.watch import STARTED
 
     specs, _ = load_all()
     by_dag = {spec.dag_id: spec for spec in specs}
