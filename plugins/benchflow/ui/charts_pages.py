@@ -349,90 +349,147 @@ def search_chart(result: dict[str, Any], run_id: str = "") -> tuple[go.Figure, s
     fig = make_subplots(rows=1, cols=max(len(keys), 1), subplot_titles=[escape(k) for k in keys] or [""])
     for col, key in enumerate(keys, start=1):
         for verdict in ("pass", "undecided", "fail"):
-            steps = [
-                (s, c)
-                for s in trail
-                for c in s.get("checks", [])
-                if c.get("key") == key and s.get("verdict") == verdict
-            ]
-            if not steps:
-                continue
-            ys = [_f(c.get("estimate")) for _, c in steps]
-            plus = [_gap(c.get("upper"), y) for (_, c), y in zip(steps, ys, strict=True)]
-            minus = [_gap(y, c.get("lower")) for (_, c), y in zip(steps, ys, strict=True)]
-            fig.add_scatter(
-                x=[float(s["load"]) for s, _ in steps],
-                y=ys,
-                mode="markers",
-                name=verdict,
-                legendgroup=verdict,
-                showlegend=col == 1,
-                marker={"color": VERDICT_COLORS[verdict], "size": 9},
-                error_y={"type": "data", "symmetric": False, "array": plus, "arrayminus": minus, "visible": True},
-                hovertext=[
-                    f"<b>{escape(str(result.get('config')))}</b><br>{escape(over)} = {number(float(s['load']))}, "
-                    f"repeat {s.get('repeat')}<br>{escape(key)}: {number(y) if y is not None else 'none'} "
-                    f"{slo_unit(key)}, bounds {number(_f(c.get('lower')) or math.nan) or '–'} – "
-                    f"{number(_f(c.get('upper')) or math.nan) or '–'} (n={c.get('n')})<br>"
-                    f"verdict {escape(str(s.get('verdict')))} ({s.get('pooled')} requests pooled)"
-                    + (f"<br>run {escape(run_id)}" if run_id else "")
-                    for (s, c), y in zip(steps, ys, strict=True)
-                ],
-                hoverinfo="text",
-                row=1,
-                col=col,
-            )
-        if (limit := _f(slo.get(key))) is not None:
-            fig.add_hline(
-                y=limit,
-                line={"color": "#555", "dash": "dash"},
-                name=f"SLO {escape(key)} ≤ {number(limit)}",  # shapes in the legend: an annotation at x on a
-                showlegend=True,  # log axis would be read as 10^x and stretch the axis
-                row=1,
-                col=col,
-            )
-        if pass_load is not None and fail_load is not None:
-            fig.add_vrect(
-                x0=pass_load,
-                x1=fail_load,
-                fillcolor="#fbd38d",
-                opacity=0.3,
-                line_width=0,
-                row=1,
-                col=col,
-                name=f"bracket {number(pass_load)} – {number(fail_load)}",
-                showlegend=col == 1,
-            )
-        if pass_load is not None:
-            fig.add_vline(
-                x=pass_load,
-                line={"color": "#2f855a", "width": 2},
-                name=f"answer: {number(pass_load)} (highest load that passed)",
-                showlegend=col == 1,
-                row=1,
-                col=col,
-            )
-        if fail_load is not None:
-            lowest = f"lowest {result.get('fail_verdict')}: {number(fail_load)}"
-            fig.add_vline(
-                x=fail_load,
-                line={"color": charts.MARK, "width": 1, "dash": "dot"},
-                row=1,
-                col=col,
-                name=lowest,
-                showlegend=col == 1,
-            )
-        fig.update_xaxes(x.layout(), row=1, col=col)
-        y_title = f"{key} ({slo_unit(key)})" if slo_unit(key) else key
-        values = [
-            v
-            for s in trail
-            for c in s.get("checks", [])
-            if c.get("key") == key
-            for v in (_f(c.get("estimate")), _f(c.get("upper")))
-            if v is not None
-        ]
-        fig.update_yaxes(value_axis(y_title, values + ([limit] if limit is not None else [])).layout(), row=1, col=col)
+            _add_probes(fig, result, _probe_steps(trail, key, verdict), key, verdict, col, run_id)
+        limit = _f(slo.get(key))
+        _add_slo_line(fig, key, limit, col)
+        _add_bracket(fig, pass_load, fail_load, col)
+        _add_answer_line(fig, pass_load, col)
+        _add_lowest_line(fig, result, fail_load, col)
+        _search_axes(fig, x, trail, key, limit, col)
+    _search_layout(fig, result, over, pass_load, fail_load)
+    return fig, _search_caption(result)
+
+
+def _probe_steps(trail: list[dict[str, Any]], key: str, verdict: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each (probe, its check of ``key``) of the probes whose verdict was ``verdict``."""
+    return [(s, c) for s in trail for c in s.get("checks", []) if c.get("key") == key and s.get("verdict") == verdict]
+
+
+def _add_probes(
+    fig: go.Figure,
+    result: dict[str, Any],
+    steps: list[tuple[dict[str, Any], dict[str, Any]]],
+    key: str,
+    verdict: str,
+    col: int,
+    run_id: str,
+) -> None:
+    """The probes of one verdict in panel ``col``: each one's estimate of ``key`` with its confidence bounds."""
+    if not steps:
+        return
+    ys = [_f(c.get("estimate")) for _, c in steps]
+    plus = [_gap(c.get("upper"), y) for (_, c), y in zip(steps, ys, strict=True)]
+    minus = [_gap(y, c.get("lower")) for (_, c), y in zip(steps, ys, strict=True)]
+    fig.add_scatter(
+        x=[float(s["load"]) for s, _ in steps],
+        y=ys,
+        mode="markers",
+        name=verdict,
+        legendgroup=verdict,
+        showlegend=col == 1,
+        marker={"color": VERDICT_COLORS[verdict], "size": 9},
+        error_y={"type": "data", "symmetric": False, "array": plus, "arrayminus": minus, "visible": True},
+        hovertext=[_probe_text(result, s, c, key, y, run_id) for (s, c), y in zip(steps, ys, strict=True)],
+        hoverinfo="text",
+        row=1,
+        col=col,
+    )
+
+
+def _probe_text(
+    result: dict[str, Any], step: dict[str, Any], check: dict[str, Any], key: str, y: float | None, run_id: str
+) -> str:
+    """A probe's hover text: its load and repeat, its estimate of ``key`` with the bounds, its verdict."""
+    over = str(result.get("over") or "load")
+    return (
+        f"<b>{escape(str(result.get('config')))}</b><br>{escape(over)} = {number(float(step['load']))}, "
+        f"repeat {step.get('repeat')}<br>{escape(key)}: {number(y) if y is not None else 'none'} "
+        f"{slo_unit(key)}, bounds {number(_f(check.get('lower')) or math.nan) or '–'} – "
+        f"{number(_f(check.get('upper')) or math.nan) or '–'} (n={check.get('n')})<br>"
+        f"verdict {escape(str(step.get('verdict')))} ({step.get('pooled')} requests pooled)"
+        + (f"<br>run {escape(run_id)}" if run_id else "")
+    )
+
+
+def _add_slo_line(fig: go.Figure, key: str, limit: float | None, col: int) -> None:
+    """The SLO's limit on ``key`` as a dashed horizontal line in panel ``col``."""
+    if limit is None:
+        return
+    fig.add_hline(
+        y=limit,
+        line={"color": "#555", "dash": "dash"},
+        name=f"SLO {escape(key)} ≤ {number(limit)}",  # shapes in the legend: an annotation at x on a
+        showlegend=True,  # log axis would be read as 10^x and stretch the axis
+        row=1,
+        col=col,
+    )
+
+
+def _add_bracket(fig: go.Figure, pass_load: float | None, fail_load: float | None, col: int) -> None:
+    """The bracket between the answer and the lowest load that did not pass, shaded in panel ``col``."""
+    if pass_load is None or fail_load is None:
+        return
+    fig.add_vrect(
+        x0=pass_load,
+        x1=fail_load,
+        fillcolor="#fbd38d",
+        opacity=0.3,
+        line_width=0,
+        row=1,
+        col=col,
+        name=f"bracket {number(pass_load)} – {number(fail_load)}",
+        showlegend=col == 1,
+    )
+
+
+def _add_answer_line(fig: go.Figure, pass_load: float | None, col: int) -> None:
+    """The answer (the highest load that passed) as a vertical line in panel ``col``."""
+    if pass_load is None:
+        return
+    fig.add_vline(
+        x=pass_load,
+        line={"color": "#2f855a", "width": 2},
+        name=f"answer: {number(pass_load)} (highest load that passed)",
+        showlegend=col == 1,
+        row=1,
+        col=col,
+    )
+
+
+def _add_lowest_line(fig: go.Figure, result: dict[str, Any], fail_load: float | None, col: int) -> None:
+    """The lowest load that did not pass (failed or stayed undecided) as a dotted vertical line in panel ``col``."""
+    if fail_load is None:
+        return
+    lowest = f"lowest {result.get('fail_verdict')}: {number(fail_load)}"
+    fig.add_vline(
+        x=fail_load,
+        line={"color": charts.MARK, "width": 1, "dash": "dot"},
+        row=1,
+        col=col,
+        name=lowest,
+        showlegend=col == 1,
+    )
+
+
+def _search_axes(fig: go.Figure, x: Axis, trail: list[dict[str, Any]], key: str, limit: float | None, col: int) -> None:
+    """Panel ``col``'s axes: the load axis, and a value axis that holds every estimate, upper bound and the limit."""
+    fig.update_xaxes(x.layout(), row=1, col=col)
+    y_title = f"{key} ({slo_unit(key)})" if slo_unit(key) else key
+    values = [
+        v
+        for s in trail
+        for c in s.get("checks", [])
+        if c.get("key") == key
+        for v in (_f(c.get("estimate")), _f(c.get("upper")))
+        if v is not None
+    ]
+    fig.update_yaxes(value_axis(y_title, values + ([limit] if limit is not None else [])).layout(), row=1, col=col)
+
+
+def _search_layout(
+    fig: go.Figure, result: dict[str, Any], over: str, pass_load: float | None, fail_load: float | None
+) -> None:
+    """The chart's title (the config, why the search ended, its answer) and frame."""
     config = str(result.get("config"))
     answer = f"answer {number(pass_load)}" if pass_load is not None else "no load passed"
     above = f", lowest {result.get('fail_verdict')} {number(fail_load)}" if fail_load is not None else ""
@@ -443,13 +500,15 @@ def search_chart(result: dict[str, Any], run_id: str = "") -> tuple[go.Figure, s
         legend={"title": {"text": "probes (bars: bounds) and lines"}},
         margin={"l": 70, "r": 20, "t": 80, "b": 60},
     )
+
+
+def _search_caption(result: dict[str, Any]) -> str:
     goodput = _f(result.get("goodput_rps"))
-    caption = (
+    return (
         f"{result.get('probes')} probes at {result.get('loads')} loads in {number(_f(result.get('seconds')) or 0)} s; "
         "bars: the percentile's confidence bounds (order statistics); shaded: the bracket"
         + (f"; goodput at the answer {number(goodput)} req/s" if goodput is not None else "")
     )
-    return fig, caption
 
 
 # -- GPU telemetry ----------------------------------------------------------------------------------------------
@@ -499,91 +558,28 @@ def telemetry_chart(samples: pd.DataFrame, phases: pd.DataFrame, what: str, run_
     the phases' span, one row each on a shared time axis, every phase shaded (red when a GPU throttled in it)."""
     from plotly.subplots import make_subplots
 
-    servers: dict[int, str] = {}
-    for r in phases.itertuples():
-        if r.gpu_index == r.gpu_index and r.gpu_index is not None:
-            servers.setdefault(int(r.gpu_index), str(r.server) if isinstance(r.server, str) and r.server else "")
+    servers = _gpu_servers(phases)
     held = {i for i, s in servers.items() if s}
     gpus = sorted(held or servers or {int(i) for i in samples["gpu_index"].dropna()})
-    part = samples[samples["gpu_index"].isin(gpus)]
-    if len(phases):
-        start, end = float(phases["phase_start"].min()), float(phases["phase_end"].max())
-        pad = max((end - start) * 0.05, 1.0)
-        part = part[(part["t"] >= start - pad) & (part["t"] <= end + pad)]
+    part = _phases_span(samples[samples["gpu_index"].isin(gpus)], phases)
     columns = [_samples_column(c) for c in TIMELINE]
     fig = make_subplots(rows=len(columns), cols=1, shared_xaxes=True, vertical_spacing=0.06)
     for index, gpu in enumerate(gpus):
-        rows = part[part["gpu_index"] == gpu]
         name = f"GPU {gpu}" + (f" ({servers[gpu]})" if servers.get(gpu) else "")
-        look = charts.style(index)
-        times = [clock(float(t)) for t in rows["t"]]
-        for row, column in enumerate(columns, start=1):
-            fig.add_scatter(
-                x=times,
-                y=[_f(v) for v in rows[column.name]],
-                mode="lines",
-                name=escape(name),
-                legendgroup=f"gpu{gpu}",
-                showlegend=row == 1,
-                line={"color": look["color"], "width": 1.4},
-                customdata=[int(n) for n in rows["samples"]],  # a template, not a text a point: 800 points a GPU
-                hovertemplate=f"<b>{escape(name)}</b><br>%{{x}}<br>{column.name} %{{y:.4g}} {column.unit} "
-                f"(mean of %{{customdata}} samples)"
-                + (f"<br>run {escape(run_id)}" if run_id else "")
-                + "<extra></extra>",
-                row=row,
-                col=1,
-            )
-            fig.update_yaxes(title={"text": escape(column.heading)}, rangemode="tozero", row=row, col=1)
+        _add_gpu_lines(fig, part[part["gpu_index"] == gpu], gpu, name, charts.style(index), columns, run_id)
     shaded = phases.drop_duplicates(["phase_start", "phase_end"]) if len(phases) else phases
     throttled = {(r.phase_start, r.phase_end) for r in phases.itertuples() if _true(r.throttled)}
-    shapes, notes = [], []
-    for number_, r in enumerate(shaded.itertuples()):
-        hot = (r.phase_start, r.phase_end) in throttled
-        shapes.append(
-            {
-                "type": "rect",
-                "xref": "x",
-                "yref": "paper",
-                "x0": clock(float(r.phase_start)),
-                "y0": 0,
-                "x1": clock(float(r.phase_end)),
-                "y1": 1,
-                "line": {"width": 0},
-                "layer": "below",
-                "opacity": 0.45,
-                "fillcolor": "#feb2b2" if hot else ("#bee3f8" if number_ % 2 == 0 else "#e9d8fd"),
-            }
-        )
-        if len(shaded) <= 40:
-            same = phases[(phases["phase_start"] == r.phase_start) & (phases["phase_end"] == r.phase_end)]
-            reasons = sorted({str(v) for v in same["throttle_reasons"] if isinstance(v, str) and v})
-            notes.append(
-                {
-                    "x": clock((float(r.phase_start) + float(r.phase_end)) / 2),
-                    "y": 1.0,
-                    "xref": "x",
-                    "yref": "paper",
-                    "yanchor": "bottom",
-                    "showarrow": False,
-                    "font": {"size": 9, "color": charts.MARK if hot else "#444"},
-                    "text": escape(phase_label(r).replace("concurrency=", "c=").replace("repeat=", "r")),
-                    "hovertext": escape(
-                        f"{phase_label(r)}: {clock(float(r.phase_start))} – {clock(float(r.phase_end))}"
-                        + (f"; throttled: {', '.join(reasons)}" if hot else "")
-                    ),
-                }
-            )
-    fig.update_layout(shapes=shapes, annotations=notes)  # one validation for all (add_vrect is one per call)
-    fig.update_xaxes(type="date", hoverformat="%H:%M:%S.%L")
-    fig.update_xaxes(title={"text": "t (UTC)"}, row=len(columns), col=1)
-    fig.update_layout(
-        template="plotly_white",
-        height=620,
-        title={"text": escape(f"GPU telemetry of {what}")},
-        hovermode="closest",
-        margin={"l": 80, "r": 20, "t": 90, "b": 50},
+    shapes = [
+        _phase_shape(r, number_, (r.phase_start, r.phase_end) in throttled)
+        for number_, r in enumerate(shaded.itertuples())
+    ]
+    notes = (
+        [_phase_note(r, phases, (r.phase_start, r.phase_end) in throttled) for r in shaded.itertuples()]
+        if len(shaded) <= 40
+        else []
     )
+    fig.update_layout(shapes=shapes, annotations=notes)  # one validation for all (add_vrect is one per call)
+    _telemetry_layout(fig, what, len(columns))
     bucketed = int(part["samples"].max()) if len(part) else 0
     caption = (
         f"{len(gpus)} GPU(s){' of its servers' if held else ''}, {len(shaded)} phase(s) shaded"
@@ -591,3 +587,100 @@ def telemetry_chart(samples: pd.DataFrame, phases: pd.DataFrame, what: str, run_
         + (f"; lines are means of up to {bucketed} samples" if bucketed > 1 else "")
     )
     return fig, caption
+
+
+def _telemetry_layout(fig: go.Figure, what: str, rows: int) -> None:
+    """The shared time axis (titled under the last of the ``rows``), the chart's title and frame."""
+    fig.update_xaxes(type="date", hoverformat="%H:%M:%S.%L")
+    fig.update_xaxes(title={"text": "t (UTC)"}, row=rows, col=1)
+    fig.update_layout(
+        template="plotly_white",
+        height=620,
+        title={"text": escape(f"GPU telemetry of {what}")},
+        hovermode="closest",
+        margin={"l": 80, "r": 20, "t": 90, "b": 50},
+    )
+
+
+def _gpu_servers(phases: pd.DataFrame) -> dict[int, str]:
+    """Each GPU the phases name, and the server that holds it (empty when they do not say)."""
+    servers: dict[int, str] = {}
+    for r in phases.itertuples():
+        if r.gpu_index == r.gpu_index and r.gpu_index is not None:
+            servers.setdefault(int(r.gpu_index), str(r.server) if isinstance(r.server, str) and r.server else "")
+    return servers
+
+
+def _phases_span(samples: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
+    """The samples within the phases' span (and a margin of 5 %, at least a second, either side)."""
+    if not len(phases):
+        return samples
+    start, end = float(phases["phase_start"].min()), float(phases["phase_end"].max())
+    pad = max((end - start) * 0.05, 1.0)
+    return samples[(samples["t"] >= start - pad) & (samples["t"] <= end + pad)]
+
+
+def _add_gpu_lines(
+    fig: go.Figure,
+    rows: pd.DataFrame,
+    gpu: int,
+    name: str,
+    look: dict[str, Any],
+    columns: Sequence[Column],
+    run_id: str,
+) -> None:
+    """One GPU's line in every row of the chart, one row per column of ``columns``."""
+    times = [clock(float(t)) for t in rows["t"]]
+    for row, column in enumerate(columns, start=1):
+        fig.add_scatter(
+            x=times,
+            y=[_f(v) for v in rows[column.name]],
+            mode="lines",
+            name=escape(name),
+            legendgroup=f"gpu{gpu}",
+            showlegend=row == 1,
+            line={"color": look["color"], "width": 1.4},
+            customdata=[int(n) for n in rows["samples"]],  # a template, not a text a point: 800 points a GPU
+            hovertemplate=f"<b>{escape(name)}</b><br>%{{x}}<br>{column.name} %{{y:.4g}} {column.unit} "
+            f"(mean of %{{customdata}} samples)" + (f"<br>run {escape(run_id)}" if run_id else "") + "<extra></extra>",
+            row=row,
+            col=1,
+        )
+        fig.update_yaxes(title={"text": escape(column.heading)}, rangemode="tozero", row=row, col=1)
+
+
+def _phase_shape(r: Any, number_: int, hot: bool) -> dict[str, Any]:
+    """A phase's shading over every row: red when a GPU throttled in it, else blue and violet in turn."""
+    return {
+        "type": "rect",
+        "xref": "x",
+        "yref": "paper",
+        "x0": clock(float(r.phase_start)),
+        "y0": 0,
+        "x1": clock(float(r.phase_end)),
+        "y1": 1,
+        "line": {"width": 0},
+        "layer": "below",
+        "opacity": 0.45,
+        "fillcolor": "#feb2b2" if hot else ("#bee3f8" if number_ % 2 == 0 else "#e9d8fd"),
+    }
+
+
+def _phase_note(r: Any, phases: pd.DataFrame, hot: bool) -> dict[str, Any]:
+    """A phase's label above the chart, its span and throttle reasons on hover."""
+    same = phases[(phases["phase_start"] == r.phase_start) & (phases["phase_end"] == r.phase_end)]
+    reasons = sorted({str(v) for v in same["throttle_reasons"] if isinstance(v, str) and v})
+    return {
+        "x": clock((float(r.phase_start) + float(r.phase_end)) / 2),
+        "y": 1.0,
+        "xref": "x",
+        "yref": "paper",
+        "yanchor": "bottom",
+        "showarrow": False,
+        "font": {"size": 9, "color": charts.MARK if hot else "#444"},
+        "text": escape(phase_label(r).replace("concurrency=", "c=").replace("repeat=", "r")),
+        "hovertext": escape(
+            f"{phase_label(r)}: {clock(float(r.phase_start))} – {clock(float(r.phase_end))}"
+            + (f"; throttled: {', '.join(reasons)}" if hot else "")
+        ),
+    }

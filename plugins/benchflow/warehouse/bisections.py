@@ -36,10 +36,25 @@ def save(
     """Write (replace) the bisection ``dag_id``/``run_id``: ``meta`` says what is bisected (campaign, case,
     metric, good, bad, the probe runs of each commit), ``result`` is :meth:`Bisection.result`."""
     warehouse.migrate()
+    row = _bisection_row(dag_id, run_id, meta, result, started_at)
+    probes = _probe_rows(dag_id, run_id, meta, result)
+    with warehouse.transaction() as tx:
+        tx.delete_run("bisections", dag_id, run_id)
+        tx.delete_run("bisection_probes", dag_id, run_id)
+        tx.execute(f"INSERT INTO bisections ({BISECTION_COLUMNS}) VALUES ({', '.join([tx.p] * len(row))})", row)
+        if probes:
+            marks = ", ".join([tx.p] * len(probes[0]))
+            tx.executemany(f"INSERT INTO bisection_probes ({PROBE_COLUMNS}) VALUES ({marks})", probes)
+
+
+def _bisection_row(
+    dag_id: str, run_id: str, meta: dict[str, Any], result: dict[str, Any], started_at: datetime | None
+) -> list[Any]:
+    """The bisection's row in ``bisections`` (:data:`BISECTION_COLUMNS`), updated now."""
     found = result.get("vs_parent") or (result.get("confirmation") or {}).get("ratio")
     span = result.get("range") or {}
     now = datetime.now(UTC)
-    row = [
+    return [
         dag_id,
         run_id,
         meta["campaign"],
@@ -62,8 +77,12 @@ def save(
         started_at or now,
         now,
     ]
+
+
+def _probe_rows(dag_id: str, run_id: str, meta: dict[str, Any], result: dict[str, Any]) -> list[list[Any]]:
+    """The probe chain's rows in ``bisection_probes`` (:data:`PROBE_COLUMNS`), one per commit of the chain."""
     runs: dict[str, list[str]] = meta.get("runs", {})
-    probes = [
+    return [
         [
             dag_id,
             run_id,
@@ -82,10 +101,3 @@ def save(
         ]
         for link in result["chain"]
     ]
-    with warehouse.transaction() as tx:
-        tx.delete_run("bisections", dag_id, run_id)
-        tx.delete_run("bisection_probes", dag_id, run_id)
-        tx.execute(f"INSERT INTO bisections ({BISECTION_COLUMNS}) VALUES ({', '.join([tx.p] * len(row))})", row)
-        if probes:
-            marks = ", ".join([tx.p] * len(probes[0]))
-            tx.executemany(f"INSERT INTO bisection_probes ({PROBE_COLUMNS}) VALUES ({marks})", probes)
