@@ -101,49 +101,77 @@ def gemm_types(w: str, x: str) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def check_arch(arch: int, m_list: list[int]) -> int:
+    """Compile every kernel for ``arch``, print what each uses; the number of kernels that failed or do not fit."""
     failures = 0
-    smem = SMEM[arch]
     for label, (dtype, w, x) in WEIGHT_TYPES.items():
         if label == "fp8" and arch < 89:
             continue
-        seen = set()
-        for m in m_list:
-            cfg = fm.heuristic_config(m, 384, 8, dtype, smem=smem)
-            key = tuple(sorted(cfg.items()))
-            if key in seen:
-                continue
-            seen.add(key)
-            gate_up, down = gemm_types(w, x)
-            consts = {
-                "BLOCK_M": cfg["BLOCK_M"],
-                "BLOCK_N": cfg["BLOCK_N"],
-                "BLOCK_K": cfg["BLOCK_K"],
-                "GROUP_M": cfg["GROUP_M"],
-                "EVEN_K": True,
-                "UPCAST": False,
-                "FP8_W": label == "fp8",
-                "PRECISION": "ieee" if label == "fp32" else None,
-            }
-            for kernel, types, unit in (
-                (fm._gate_up_silu_kernel, gate_up, {"stride_xk": 1, "stride_wk": 1, "stride_an": 1}),
-                (fm._down_kernel, down, {"stride_ak": 1, "stride_wk": 1, "stride_on": 1}),
-            ):
-                name = f"sm_{arch} {label} M={m} {kernel.__name__} [{fm.launch_info(cfg)}]"
-                try:
-                    compiled = compile_kernel(kernel, types, {**consts, **unit}, arch, cfg)
-                except Exception as exc:  # a lowering or ptxas error
-                    failures += 1
-                    print(f"FAIL {name}: {type(exc).__name__}: {str(exc)[:500]}", flush=True)
-                    continue
-                shared = compiled.metadata.shared
-                fits = shared <= smem
-                failures += not fits
-                usage = resource_usage(compiled)
-                print(
-                    f"{'ok  ' if fits else 'FAIL'} {name}: shared {shared // 1024} KiB of {smem // 1024}, {usage}",
-                    flush=True,
-                )
-    helpers: tuple[tuple[Any, dict[str, str], dict[str, Any]], ...] = (
+        failures += check_gemms(arch, label, dtype, w, x, m_list)
+    for kernel, types, consts in helper_kernels():
+        failures += check_helper(kernel, types, consts, arch)
+    return failures
+
+
+def check_gemms(arch: int, label: str, dtype: Any, w: str, x: str, m_list: list[int]) -> int:
+    """Both GEMM kernels with weights ``label`` at each distinct config the heuristic picks for ``m_list``."""
+    failures = 0
+    smem = SMEM[arch]
+    seen = set()
+    for m in m_list:
+        cfg = fm.heuristic_config(m, 384, 8, dtype, smem=smem)
+        key = tuple(sorted(cfg.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        gate_up, down = gemm_types(w, x)
+        consts = gemm_consts(cfg, label)
+        for kernel, types, unit in (
+            (fm._gate_up_silu_kernel, gate_up, {"stride_xk": 1, "stride_wk": 1, "stride_an": 1}),
+            (fm._down_kernel, down, {"stride_ak": 1, "stride_wk": 1, "stride_on": 1}),
+        ):
+            name = f"sm_{arch} {label} M={m} {kernel.__name__} [{fm.launch_info(cfg)}]"
+            failures += check_gemm(kernel, types, {**consts, **unit}, arch, cfg, name)
+    return failures
+
+
+def gemm_consts(cfg: dict[str, int], label: str) -> dict[str, Any]:
+    """The constexprs a launch of a GEMM kernel with ``cfg`` and weights ``label`` specialises to."""
+    return {
+        "BLOCK_M": cfg["BLOCK_M"],
+        "BLOCK_N": cfg["BLOCK_N"],
+        "BLOCK_K": cfg["BLOCK_K"],
+        "GROUP_M": cfg["GROUP_M"],
+        "EVEN_K": True,
+        "UPCAST": False,
+        "FP8_W": label == "fp8",
+        "PRECISION": "ieee" if label == "fp32" else None,
+    }
+
+
+def check_gemm(
+    kernel: Any, types: dict[str, str], consts: dict[str, Any], arch: int, cfg: dict[str, int], name: str
+) -> int:
+    """Compile one GEMM kernel, print its shared memory against the architecture's and its registers; 1 if it
+    fails to compile or does not fit, else 0."""
+    smem = SMEM[arch]
+    try:
+        compiled = compile_kernel(kernel, types, consts, arch, cfg)
+    except Exception as exc:  # a lowering or ptxas error
+        print(f"FAIL {name}: {type(exc).__name__}: {str(exc)[:500]}", flush=True)
+        return 1
+    shared = compiled.metadata.shared
+    fits = shared <= smem
+    usage = resource_usage(compiled)
+    print(
+        f"{'ok  ' if fits else 'FAIL'} {name}: shared {shared // 1024} KiB of {smem // 1024}, {usage}",
+        flush=True,
+    )
+    return int(not fits)
+
+
+def helper_kernels() -> tuple[tuple[Any, dict[str, str], dict[str, Any]], ...]:
+    """The routing and combine kernels with their signatures and constexprs."""
+    return (
         (fm._count_kernel, {"ids_ptr": "*i64:16", "counts_ptr": "*i32:16", "num_pairs": "i32"}, {"BLOCK": 1024}),
         (
             fm._align_kernel,
@@ -165,14 +193,17 @@ def check_arch(arch: int, m_list: list[int]) -> int:
             {"TOPK": 8, "BLOCK": 1024},
         ),
     )
-    for kernel, types, consts in helpers:
-        try:
-            compiled = compile_kernel(kernel, types, consts, arch, {"num_warps": 4, "num_stages": 2})
-            print(f"ok   sm_{arch} {kernel.__name__} {consts}: {resource_usage(compiled)}", flush=True)
-        except Exception as exc:
-            failures += 1
-            print(f"FAIL sm_{arch} {kernel.__name__}: {type(exc).__name__}: {str(exc)[:500]}", flush=True)
-    return failures
+
+
+def check_helper(kernel: Any, types: dict[str, str], consts: dict[str, Any], arch: int) -> int:
+    """Compile one helper kernel and print its registers; 1 if it fails to compile, else 0."""
+    try:
+        compiled = compile_kernel(kernel, types, consts, arch, {"num_warps": 4, "num_stages": 2})
+        print(f"ok   sm_{arch} {kernel.__name__} {consts}: {resource_usage(compiled)}", flush=True)
+    except Exception as exc:
+        print(f"FAIL sm_{arch} {kernel.__name__}: {type(exc).__name__}: {str(exc)[:500]}", flush=True)
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

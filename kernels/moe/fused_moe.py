@@ -500,11 +500,8 @@ def fused_moe_triton(
     if fp8 and (w1_scale is None or w2_scale is None):
         raise ValueError("FP8 weights need w1_scale and w2_scale")
     cfg = config or get_config(m, num_experts, hidden, inter, topk, w1.dtype)[0]
-    bm, bn, bk, gm = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["GROUP_M"]
-    launch = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
-    pairs, experts, _ = align_by_expert(topk_ids, num_experts, bm)
-    num_pid_m = experts.numel()
-    if num_pid_m == 0:
+    pairs, experts, _ = align_by_expert(topk_ids, num_experts, cfg["BLOCK_M"])
+    if experts.numel() == 0:
         return torch.zeros_like(x)
     act = torch.empty((num_pairs, inter), dtype=x.dtype, device=x.device)
     partial = torch.empty((num_pairs, hidden), dtype=x.dtype, device=x.device)
@@ -512,12 +509,39 @@ def fused_moe_triton(
     weights = topk_weights.to(torch.float32).contiguous()
     s1 = w1_scale if w1_scale is not None and fp8 else weights  # any tensor: unused when FP8_W is off
     s2 = w2_scale if w2_scale is not None and fp8 else weights
-    stride_s1 = s1.stride(0) if fp8 else 0
-    stride_s2 = s2.stride(0) if fp8 else 0
     common = {"UPCAST": INTERPRET, "FP8_W": fp8, "PRECISION": "ieee" if x.dtype == torch.float32 else None}
+    _gate_up_silu(x, w1, s1, act, pairs, experts, topk, cfg, common)
+    _down(act, w2, s2, partial, weights, pairs, experts, cfg, common)
+    _combine(partial, out, topk)
+    return out
+
+
+def _gemm_options(cfg: dict[str, int], k: int, common: dict[str, Any]) -> dict[str, Any]:
+    """A GEMM kernel's constexprs and launch options: ``cfg``'s tiles over a K of ``k``, then ``common``."""
+    tiles = {"BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"], "GROUP_M": cfg["GROUP_M"]}
+    launch = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
+    return {**tiles, "EVEN_K": k % cfg["BLOCK_K"] == 0, **common, **launch}
+
+
+def _gate_up_silu(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    s1: torch.Tensor,
+    act: torch.Tensor,
+    pairs: torch.Tensor,
+    experts: torch.Tensor,
+    topk: int,
+    cfg: dict[str, int],
+    common: dict[str, Any],
+) -> None:
+    """act [pairs, I] = silu(x @ gate.T) * (x @ up.T) of each (token, expert) pair, tiles grouped by expert."""
+    num_pairs, inter = act.shape
+    hidden = x.shape[1]
+    num_pid_m = experts.numel()
+    fp8 = bool(common["FP8_W"])
     _launch(
         _gate_up_silu_kernel,
-        (num_pid_m * triton.cdiv(inter, bn),),
+        (num_pid_m * triton.cdiv(inter, cfg["BLOCK_N"]),),
         (
             x,
             w1,
@@ -535,15 +559,33 @@ def fused_moe_triton(
             w1.stride(0),
             w1.stride(1),
             w1.stride(2),
-            stride_s1,
+            s1.stride(0) if fp8 else 0,
             act.stride(0),
             act.stride(1),
         ),
-        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": gm, "EVEN_K": hidden % bk == 0, **common, **launch},
+        _gemm_options(cfg, hidden, common),
     )
+
+
+def _down(
+    act: torch.Tensor,
+    w2: torch.Tensor,
+    s2: torch.Tensor,
+    partial: torch.Tensor,
+    weights: torch.Tensor,
+    pairs: torch.Tensor,
+    experts: torch.Tensor,
+    cfg: dict[str, int],
+    common: dict[str, Any],
+) -> None:
+    """partial [pairs, H] = routing weight * (act @ w2.T) of each (token, expert) pair."""
+    num_pairs, hidden = partial.shape
+    inter = act.shape[1]
+    num_pid_m = experts.numel()
+    fp8 = bool(common["FP8_W"])
     _launch(
         _down_kernel,
-        (num_pid_m * triton.cdiv(hidden, bn),),
+        (num_pid_m * triton.cdiv(hidden, cfg["BLOCK_N"]),),
         (
             act,
             w2,
@@ -561,15 +603,19 @@ def fused_moe_triton(
             w2.stride(0),
             w2.stride(1),
             w2.stride(2),
-            stride_s2,
+            s2.stride(0) if fp8 else 0,
             partial.stride(0),
             partial.stride(1),
         ),
-        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": gm, "EVEN_K": inter % bk == 0, **common, **launch},
+        _gemm_options(cfg, inter, common),
     )
+
+
+def _combine(partial: torch.Tensor, out: torch.Tensor, topk: int) -> None:
+    """out [M, H] = the sum of each token's ``topk`` partial rows."""
+    m, hidden = out.shape
     block = min(1024, triton.next_power_of_2(hidden))
     _combine_kernel[(m, triton.cdiv(hidden, block))](partial, out, hidden, TOPK=topk, BLOCK=block)
-    return out
 
 
 def fused_moe_torch(

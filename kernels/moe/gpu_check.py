@@ -29,6 +29,7 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +116,16 @@ def decode_sync_and_graph(w1: torch.Tensor, w2: torch.Tensor, shape: dict[str, i
 SMOKE = {"experts": 8, "hidden": 96, "inter": 48, "topk": 2}  # --smoke-cpu: the glue, under the interpreter
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass
+class Outcome:
+    """What the check found so far: correctness failures, the steps that crashed, each sweep's rows."""
+
+    failures: list[str] = field(default_factory=list)
+    crashes: list[str] = field(default_factory=list)
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--m-list", type=parse_m_list, default=[2**i for i in range(12)])
     parser.add_argument("--check-m", type=parse_m_list, default=[1, 3, 64, 512, 2048])
@@ -127,23 +137,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke-cpu", action="store_true", help="tiny shape on the CPU (TRITON_INTERPRET=1)")
     default_out = Path(os.environ.get("OUT", ".")) / "gpu_check.jsonl"
     parser.add_argument("--out", type=Path, default=default_out, help="JSONL of the sweep rows")
-    args = parser.parse_args(argv)
-    if args.smoke_cpu:
-        device, shape = "cpu", SMOKE
-    elif torch.cuda.is_available():
-        device, shape = "cuda", PRODUCTION
-    else:
-        say("gpu_check.py needs a CUDA GPU (none found); on a CPU run the tests under TRITON_INTERPRET=1")
-        return 2
-    torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be IEEE fp32
-    torch.backends.cudnn.allow_tf32 = False
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    failures: list[str] = []
-    crashes: list[str] = []
-    rows: dict[str, list[dict[str, Any]]] = {}
-    e, h, i, k = shape["experts"], shape["hidden"], shape["inter"], shape["topk"]
-    label = f"E={e} H={h} I={i} topk={k}"
+    return parser.parse_args(argv)
 
+
+def shape_label(shape: dict[str, int]) -> str:
+    return f"E={shape['experts']} H={shape['hidden']} I={shape['inter']} topk={shape['topk']}"
+
+
+def environment(args: argparse.Namespace, device: str, shape: dict[str, int]) -> tuple[Sweep, int]:
+    """Step 1: the GPU and versions, then the bf16 weights with the peaks and the measured copy bandwidth; the
+    bf16 sweep and the GPU's compute capability (0 on the CPU)."""
     step("1. environment")
     sm = 0
     if device == "cuda":
@@ -158,23 +161,32 @@ def main(argv: list[str] | None = None) -> int:
     bf16 = Sweep(sweep_args("bf16", args.m_list, args.out, args.iters, shape), device=device)
     say(f"bf16 weights made on the {device} in {time.monotonic() - t0:.1f}s; {bf16.peak_source}")
     say(f"peaks {bf16.peak_gbps:.0f} GB/s {bf16.peak_tflops:.0f} TFLOP/s; measured copy {bf16.copy_gbps:.0f} GB/s")
+    return bf16, sm
 
+
+def no_host_sync(outcome: Outcome, bf16: Sweep, device: str, shape: dict[str, int]) -> None:
+    """Step 2 (on a GPU): see :func:`decode_sync_and_graph`."""
     step("2. no host synchronisation, CUDA graph capture (M = 1)")
     if device != "cuda":
         say("skipped: no GPU (--smoke-cpu)")
-    else:
-        try:
-            failures += decode_sync_and_graph(bf16.w1, bf16.w2, shape)
-        except Exception:
-            crashes.append("step 2")
-            traceback.print_exc()
+        return
+    try:
+        outcome.failures += decode_sync_and_graph(bf16.w1, bf16.w2, shape)
+    except Exception:
+        outcome.crashes.append("step 2")
+        traceback.print_exc()
 
+
+def correctness(outcome: Outcome, args: argparse.Namespace, bf16: Sweep, device: str, shape: dict[str, int]) -> None:
+    """Step 3: bf16 at the shape at each --check-m, then fp32 with IEEE dots at 8 experts, against the
+    reference."""
     step("3. correctness against the torch reference (fp32 compute, TF32 off)")
+    h, i, k = shape["hidden"], shape["inter"], shape["topk"]
     try:
         for m in args.check_m:
             w: tuple[Any, ...] = (bf16.w1, bf16.w2, None, None)
-            if not check_case(f"bf16 {label}", m, w, torch.bfloat16, TOL["bf16"], 100 + m, k, device):
-                failures.append(f"bf16 M={m}")
+            if not check_case(f"bf16 {shape_label(shape)}", m, w, torch.bfloat16, TOL["bf16"], 100 + m, k, device):
+                outcome.failures.append(f"bf16 M={m}")
         w1, w2 = make_weights(8, h, i, torch.float32, device)
         for m in (1, 33):  # 8 experts, topk 8: every expert gets all M pairs, 33 spans several blocks
             if not check_case(
@@ -187,68 +199,84 @@ def main(argv: list[str] | None = None) -> int:
                 8,
                 device,
             ):
-                failures.append(f"fp32 M={m}")
+                outcome.failures.append(f"fp32 M={m}")
         del w1, w2
     except Exception:
-        crashes.append("step 3")
+        outcome.crashes.append("step 3")
         traceback.print_exc()
 
+
+def bf16_sweep(outcome: Outcome, args: argparse.Namespace, bf16: Sweep) -> None:
+    """Step 4: the bench's sweep of bf16 weights over --m-list, its rows appended to --out."""
     step("4. bf16 sweep against the roofline")
     try:
         with args.out.open("a") as out:
-            rows["bf16"] = run_sweep(bf16, args.m_list, out, marker="ALL_DONE")
+            outcome.rows["bf16"] = run_sweep(bf16, args.m_list, out, marker="ALL_DONE")
     except Exception:
-        crashes.append("step 4")
+        outcome.crashes.append("step 4")
         traceback.print_exc()
 
+
+def probe_configs(outcome: Outcome, args: argparse.Namespace, bf16: Sweep, device: str, shape: dict[str, int]) -> None:
+    """Step 5 (on a GPU, within --budget-s): other block configs at each --probe-m, the best as a candidate
+    table."""
     step("5. probe of block configs (bf16), within --probe-s")
     if device != "cuda":
         say("skipped: no GPU (--smoke-cpu)")
-    elif time.monotonic() - START > args.budget_s:
+        return
+    if time.monotonic() - START > args.budget_s:
         say("skipped: past --budget-s")
-    else:
-        try:
-            from tune import tune_m
+        return
+    try:
+        from tune import tune_m
 
-            found: dict[str, Any] = {}
-            share = args.probe_s / max(len(args.probe_m), 1)
-            for m in args.probe_m:
-                w = (bf16.w1, bf16.w2, None, None)
-                best, best_ms, heur_ms, timed = tune_m(
-                    m, shape, w, torch.bfloat16, "small", 3, 10, time.monotonic() + share
-                )
-                found[str(m)] = best
-                say(f"M={m}: heuristic {heur_ms:.4f} ms, best of {timed}: {best_ms:.4f} ms {launch_info(best)}")
-            say("candidate table (configs/...dtype=bf16...json): " + json.dumps(found))
-        except Exception:
-            crashes.append("step 5")
-            traceback.print_exc()
-    copy_gbps = bf16.copy_gbps
-    w = ()
-    del bf16  # frees the bf16 weights before the FP8 set is made
-    if device == "cuda":
-        torch.cuda.empty_cache()
+        found: dict[str, Any] = {}
+        share = args.probe_s / max(len(args.probe_m), 1)
+        for m in args.probe_m:
+            w = (bf16.w1, bf16.w2, None, None)
+            best, best_ms, heur_ms, timed = tune_m(
+                m, shape, w, torch.bfloat16, "small", 3, 10, time.monotonic() + share
+            )
+            found[str(m)] = best
+            say(f"M={m}: heuristic {heur_ms:.4f} ms, best of {timed}: {best_ms:.4f} ms {launch_info(best)}")
+        say("candidate table (configs/...dtype=bf16...json): " + json.dumps(found))
+    except Exception:
+        outcome.crashes.append("step 5")
+        traceback.print_exc()
 
+
+def fp8_weights(
+    outcome: Outcome, args: argparse.Namespace, device: str, shape: dict[str, int], sm: int, copy_gbps: float
+) -> None:
+    """Step 6 (unless --no-fp8, a GPU without FP8 conversion or past --budget-s): FP8 weights' correctness at two
+    M, then their sweep."""
     step("6. FP8 weights (e4m3, per-channel scales): correctness and sweep")
     if args.no_fp8:
         say("skipped: --no-fp8")
-    elif device == "cuda" and sm < 89:
+        return
+    if device == "cuda" and sm < 89:
         say(f"skipped: sm_{sm} has no FP8 conversion in Triton")
-    elif time.monotonic() - START > args.budget_s:
+        return
+    if time.monotonic() - START > args.budget_s:
         say("skipped: past --budget-s")
-    else:
-        try:
-            fp8 = Sweep(sweep_args("fp8", args.m_list, args.out, args.iters, shape, copy_gbps), device=device)
-            for m in (1, 64):
-                w = (fp8.w1, fp8.w2, fp8.s1, fp8.s2)
-                if not check_case(f"fp8 {label}", m, w, torch.bfloat16, TOL["fp8"], 300 + m, k, device):
-                    failures.append(f"fp8 M={m}")
-            with args.out.open("a") as out:
-                rows["fp8"] = run_sweep(fp8, args.m_list, out, marker="ALL_DONE")
-        except Exception:
-            crashes.append("step 6")
-            traceback.print_exc()
+        return
+    try:
+        fp8 = Sweep(sweep_args("fp8", args.m_list, args.out, args.iters, shape, copy_gbps), device=device)
+        for m in (1, 64):
+            w = (fp8.w1, fp8.w2, fp8.s1, fp8.s2)
+            if not check_case(
+                f"fp8 {shape_label(shape)}", m, w, torch.bfloat16, TOL["fp8"], 300 + m, shape["topk"], device
+            ):
+                outcome.failures.append(f"fp8 M={m}")
+        with args.out.open("a") as out:
+            outcome.rows["fp8"] = run_sweep(fp8, args.m_list, out, marker="ALL_DONE")
+    except Exception:
+        outcome.crashes.append("step 6")
+        traceback.print_exc()
 
+
+def goals(rows: dict[str, list[dict[str, Any]]]) -> None:
+    """Step 7: each sweep's rows at M = 1 and from M = 256 against the roofline goals, MET or MISSED."""
     step("7. goals (bf16, H200: >= 70 % of the roofline at M = 1, >= 80 % from M = 256)")
     for dtype, table in rows.items():
         for row in table:
@@ -259,12 +287,38 @@ def main(argv: list[str] | None = None) -> int:
                     f"{dtype} M={row['m']}: {row['ms_per_call']:.4f} ms = {row['pct_roofline']:.1f} % of the "
                     f"{row['roofline_ms']:.4f} ms roofline (goal {goal:.0f} %): {verdict}"
                 )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.smoke_cpu:
+        device, shape = "cpu", SMOKE
+    elif torch.cuda.is_available():
+        device, shape = "cuda", PRODUCTION
+    else:
+        say("gpu_check.py needs a CUDA GPU (none found); on a CPU run the tests under TRITON_INTERPRET=1")
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be IEEE fp32
+    torch.backends.cudnn.allow_tf32 = False
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    outcome = Outcome()
+    bf16, sm = environment(args, device, shape)
+    no_host_sync(outcome, bf16, device, shape)
+    correctness(outcome, args, bf16, device, shape)
+    bf16_sweep(outcome, args, bf16)
+    probe_configs(outcome, args, bf16, device, shape)
+    copy_gbps = bf16.copy_gbps
+    del bf16  # frees the bf16 weights before the FP8 set is made
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    fp8_weights(outcome, args, device, shape, sm, copy_gbps)
+    goals(outcome.rows)
     say()
-    say(f"correctness failures: {failures or 'none'}; crashed steps: {crashes or 'none'}")
+    say(f"correctness failures: {outcome.failures or 'none'}; crashed steps: {outcome.crashes or 'none'}")
     say(f"rows appended to {args.out}; total {time.monotonic() - START:.1f}s")
-    if failures:
+    if outcome.failures:
         return 1
-    return 2 if crashes else 0
+    return 2 if outcome.crashes else 0
 
 
 if __name__ == "__main__":
