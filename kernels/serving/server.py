@@ -343,216 +343,216 @@ class Engine:
         }
 
 
-def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True  # TCP_NODELAY, as uvicorn: each token leaves as soon as it is written
+def completion_usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    """A completion's ``usage`` as SGLang reports it."""
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+        "prompt_tokens_details": None,
+        "reasoning_tokens": 0,
+    }
 
-        def log_message(self, format: str, *args: object) -> None:
-            return
 
-        def _send(self, code: int, data: bytes, content_type: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+def completion_choice(text: str, finish_reason: str | None) -> dict:
+    """The one choice of a completion (or of a streamed chunk of one)."""
+    return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "matched_stop": None}
 
-        def _json(self, code: int, body: object) -> None:
-            self._send(code, json.dumps(body).encode(), "application/json")
 
-        def _error(self, code: int, message: str) -> None:
-            self._json(
-                code, {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": code}
-            )
+class Handler(BaseHTTPRequestHandler):
+    """The endpoints of the module's docstring, served by ``engine`` (:func:`make_handler` binds one)."""
 
-        def _route(self) -> str:
-            return self.path.split("?", 1)[0]
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # TCP_NODELAY, as uvicorn: each token leaves as soon as it is written
+    engine: Engine
 
-        def do_GET(self) -> None:
-            path = self._route()
-            if path in ("/health", "/ready"):
-                self._send(200, b"", "text/plain")
-            elif path == "/health_generate":
-                for _ in engine.generate([0], 1):
-                    pass
-                self._send(200, b"", "text/plain")
-            elif path == "/v1/models":
-                self._json(200, {"object": "list", "data": [engine.model_card()]})
-            elif path.startswith("/v1/models/"):
-                name = path.removeprefix("/v1/models/")
-                if name == engine.served_model_name:
-                    self._json(200, engine.model_card())
-                else:
-                    self._error(404, f"The model '{name}' does not exist")
-            elif path in ("/model_info", "/get_model_info"):
-                self._json(200, engine.model_info())
-            elif path in ("/server_info", "/get_server_info"):
-                self._json(200, engine.server_info())
-            elif path == "/flush_cache":
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+    def _send(self, code: int, data: bytes, content_type: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _json(self, code: int, body: object) -> None:
+        self._send(code, json.dumps(body).encode(), "application/json")
+
+    def _error(self, code: int, message: str) -> None:
+        self._json(
+            code, {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": code}
+        )
+
+    def _route(self) -> str:
+        return self.path.split("?", 1)[0]
+
+    def do_GET(self) -> None:
+        path = self._route()
+        if path in ("/health", "/ready"):
+            self._send(200, b"", "text/plain")
+        elif path == "/health_generate":
+            self._health_generate()
+        elif path == "/v1/models":
+            self._json(200, {"object": "list", "data": [self.engine.model_card()]})
+        elif path.startswith("/v1/models/"):
+            self._model(path.removeprefix("/v1/models/"))
+        elif path in ("/model_info", "/get_model_info"):
+            self._json(200, self.engine.model_info())
+        elif path in ("/server_info", "/get_server_info"):
+            self._json(200, self.engine.server_info())
+        elif path == "/flush_cache":
+            self._flush_cache()
+        else:
+            self._json(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:
+        path = self._route()
+        try:
+            length = int(self.headers.get("Content-Length", 0))
+            request = json.loads(self.rfile.read(length)) if length else {}
+            if path == "/flush_cache":
                 self._flush_cache()
+            elif path == "/v1/completions":
+                self._completions(request)
+            elif path == "/generate":
+                self._generate(request)
+            elif path in ("/tokenize", "/v1/tokenize"):
+                self._tokenize(request)
+            elif path in ("/detokenize", "/v1/detokenize"):
+                self._detokenize(request)
             else:
                 self._json(404, {"detail": "Not Found"})
+        except (BadRequest, ValueError, KeyError, TypeError) as exc:
+            self._error(400, str(exc))
 
-        def do_POST(self) -> None:
-            path = self._route()
-            try:
-                length = int(self.headers.get("Content-Length", 0))
-                request = json.loads(self.rfile.read(length)) if length else {}
-                if path == "/flush_cache":
-                    self._flush_cache()
-                elif path == "/v1/completions":
-                    self._completions(request)
-                elif path == "/generate":
-                    self._generate(request)
-                elif path in ("/tokenize", "/v1/tokenize"):
-                    tokens = engine.prompt_tokens(request["prompt"])
-                    self._json(200, {"tokens": tokens, "count": len(tokens), "max_model_len": CONTEXT_LEN})
-                elif path in ("/detokenize", "/v1/detokenize"):
-                    self._json(200, {"text": engine.tokenizer.decode(engine.prompt_tokens(request["tokens"]))})
-                else:
-                    self._json(404, {"detail": "Not Found"})
-            except (BadRequest, ValueError, KeyError, TypeError) as exc:
-                self._error(400, str(exc))
+    def _health_generate(self) -> None:
+        """``GET /health_generate``: healthy once one token is generated."""
+        for _ in self.engine.generate([0], 1):
+            pass
+        self._send(200, b"", "text/plain")
 
-        def _flush_cache(self) -> None:
-            self._send(
-                200, b"Cache flushed.\nThere is no prefix cache in this server; nothing was done.\n", "text/plain"
-            )
+    def _model(self, name: str) -> None:
+        """``GET /v1/models/<name>``: the model's card, if it is the one served."""
+        if name == self.engine.served_model_name:
+            self._json(200, self.engine.model_card())
+        else:
+            self._error(404, f"The model '{name}' does not exist")
 
-        def _start_stream(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
+    def _flush_cache(self) -> None:
+        self._send(200, b"Cache flushed.\nThere is no prefix cache in this server; nothing was done.\n", "text/plain")
 
-        def _event(self, body: object) -> None:
-            self._write(b"data: " + json.dumps(body).encode() + b"\n\n")
+    def _tokenize(self, request: dict) -> None:
+        """``POST /tokenize``: the prompt's token ids."""
+        tokens = self.engine.prompt_tokens(request["prompt"])
+        self._json(200, {"tokens": tokens, "count": len(tokens), "max_model_len": CONTEXT_LEN})
 
-        def _end_stream(self) -> None:
-            self._write(b"data: [DONE]\n\n")
-            self._write(b"")
+    def _detokenize(self, request: dict) -> None:
+        """``POST /detokenize``: the text of token ids."""
+        engine = self.engine
+        self._json(200, {"text": engine.tokenizer.decode(engine.prompt_tokens(request["tokens"]))})
 
-        def _write(self, payload: bytes) -> None:
-            self.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
-            self.wfile.flush()
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
 
-        def _completions(self, request: dict) -> None:
-            """OpenAI completions as SGLang streams them: one chunk per token, the finish reason on the last."""
-            tokens = engine.prompt_tokens(request["prompt"])
-            max_tokens = int(request.get("max_tokens") or 16)
-            if max_tokens < 1 or len(tokens) + max_tokens > CONTEXT_LEN:
-                raise BadRequest(f"need max_tokens >= 1 and prompt + max_tokens <= {CONTEXT_LEN}")
-            rid = uuid.uuid4().hex
-            created = int(time.time())
-            model = request.get("model") or engine.served_model_name
-            options = request.get("stream_options") or {}
+    def _event(self, body: object) -> None:
+        self._write(b"data: " + json.dumps(body).encode() + b"\n\n")
 
-            def usage(n: int) -> dict:
-                return {
-                    "prompt_tokens": len(tokens),
-                    "total_tokens": len(tokens) + n,
-                    "completion_tokens": n,
-                    "prompt_tokens_details": None,
-                    "reasoning_tokens": 0,
-                }
+    def _end_stream(self) -> None:
+        self._write(b"data: [DONE]\n\n")
+        self._write(b"")
 
-            max_tokens, tokens_out = engine.tokens_for(request, tokens, max_tokens)
-            if not request.get("stream"):
-                generated = list(tokens_out)
-                self._json(
-                    200,
-                    {
-                        "id": rid,
-                        "object": "text_completion",
-                        "created": created,
-                        "model": model,
-                        "choices": [
-                            {
-                                "index": 0,
-                                "text": engine.tokenizer.decode(generated),
-                                "logprobs": None,
-                                "finish_reason": "length",
-                                "matched_stop": None,
-                            }
-                        ],
-                        "usage": usage(len(generated)),
-                    },
-                )
-                return
-            self._start_stream()
-            for n, token in enumerate(tokens_out, start=1):
-                chunk = {
+    def _write(self, payload: bytes) -> None:
+        self.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
+        self.wfile.flush()
+
+    def _completions(self, request: dict) -> None:
+        """OpenAI completions as SGLang streams them: one chunk per token, the finish reason on the last."""
+        engine = self.engine
+        tokens = engine.prompt_tokens(request["prompt"])
+        max_tokens = int(request.get("max_tokens") or 16)
+        if max_tokens < 1 or len(tokens) + max_tokens > CONTEXT_LEN:
+            raise BadRequest(f"need max_tokens >= 1 and prompt + max_tokens <= {CONTEXT_LEN}")
+        head = {
+            "id": uuid.uuid4().hex,
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": request.get("model") or engine.served_model_name,
+        }
+        options = request.get("stream_options") or {}
+        max_tokens, tokens_out = engine.tokens_for(request, tokens, max_tokens)
+        if not request.get("stream"):
+            self._whole_completion(head, len(tokens), tokens_out)
+        else:
+            self._streamed_completion(head, len(tokens), tokens_out, max_tokens, options)
+
+    def _whole_completion(self, head: dict, prompt_tokens: int, tokens_out: Iterator[int]) -> None:
+        """A completion not streamed: every token's text in one response."""
+        generated = list(tokens_out)
+        choice = completion_choice(self.engine.tokenizer.decode(generated), "length")
+        self._json(200, {**head, "choices": [choice], "usage": completion_usage(prompt_tokens, len(generated))})
+
+    def _streamed_completion(
+        self, head: dict, prompt_tokens: int, tokens_out: Iterator[int], max_tokens: int, options: dict
+    ) -> None:
+        """A completion streamed: one chunk per token (with the usage so far when asked), then the usage."""
+        self._start_stream()
+        for n, token in enumerate(tokens_out, start=1):
+            choice = completion_choice(self.engine.tokenizer.decode([token]), "length" if n == max_tokens else None)
+            usage = completion_usage(prompt_tokens, n) if options.get("continuous_usage_stats") else None
+            self._event({**head, "choices": [choice], "usage": usage})
+        if options.get("include_usage"):
+            self._event({**head, "choices": [], "usage": completion_usage(prompt_tokens, max_tokens)})
+        self._end_stream()
+
+    def _generate(self, request: dict) -> None:
+        """SGLang's native ``/generate``: cumulative text and ``meta_info`` in every streamed event."""
+        engine = self.engine
+        if request.get("input_ids") is not None:
+            tokens = engine.prompt_tokens(request["input_ids"])
+        else:
+            tokens = engine.prompt_tokens(request.get("text"))
+        params = request.get("sampling_params") or {}
+        max_tokens = int(params.get("max_new_tokens") or 128)
+        if max_tokens < 1 or len(tokens) + max_tokens > CONTEXT_LEN:
+            raise BadRequest(f"need max_new_tokens >= 1 and prompt + max_new_tokens <= {CONTEXT_LEN}")
+        rid = request.get("rid") or uuid.uuid4().hex
+        start = time.time()
+        generated: list[int] = []
+
+        def event() -> dict:
+            done = len(generated) == max_tokens
+            return {
+                "text": engine.tokenizer.decode(generated),
+                "output_ids": list(generated),
+                "meta_info": {
                     "id": rid,
-                    "object": "text_completion",
-                    "created": created,
-                    "model": model,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "text": engine.tokenizer.decode([token]),
-                            "logprobs": None,
-                            "finish_reason": "length" if n == max_tokens else None,
-                            "matched_stop": None,
-                        }
-                    ],
-                    "usage": usage(n) if options.get("continuous_usage_stats") else None,
-                }
-                self._event(chunk)
-            if options.get("include_usage"):
-                self._event(
-                    {
-                        "id": rid,
-                        "object": "text_completion",
-                        "created": created,
-                        "model": model,
-                        "choices": [],
-                        "usage": usage(max_tokens),
-                    }
-                )
-            self._end_stream()
+                    "finish_reason": {"type": "length", "length": max_tokens} if done else None,
+                    "prompt_tokens": len(tokens),
+                    "completion_tokens": len(generated),
+                    "cached_tokens": 0,
+                    "e2e_latency": time.time() - start,
+                },
+            }
 
-        def _generate(self, request: dict) -> None:
-            """SGLang's native ``/generate``: cumulative text and ``meta_info`` in every streamed event."""
-            if request.get("input_ids") is not None:
-                tokens = engine.prompt_tokens(request["input_ids"])
-            else:
-                tokens = engine.prompt_tokens(request.get("text"))
-            params = request.get("sampling_params") or {}
-            max_tokens = int(params.get("max_new_tokens") or 128)
-            if max_tokens < 1 or len(tokens) + max_tokens > CONTEXT_LEN:
-                raise BadRequest(f"need max_new_tokens >= 1 and prompt + max_new_tokens <= {CONTEXT_LEN}")
-            rid = request.get("rid") or uuid.uuid4().hex
-            start = time.time()
-            generated: list[int] = []
+        max_tokens, tokens_out = engine.tokens_for(request, tokens, max_tokens)
+        if not request.get("stream"):
+            generated += tokens_out
+            self._json(200, event())
+            return
+        self._start_stream()
+        for token in tokens_out:
+            generated.append(token)
+            self._event(event())
+        self._end_stream()
 
-            def event() -> dict:
-                done = len(generated) == max_tokens
-                return {
-                    "text": engine.tokenizer.decode(generated),
-                    "output_ids": list(generated),
-                    "meta_info": {
-                        "id": rid,
-                        "finish_reason": {"type": "length", "length": max_tokens} if done else None,
-                        "prompt_tokens": len(tokens),
-                        "completion_tokens": len(generated),
-                        "cached_tokens": 0,
-                        "e2e_latency": time.time() - start,
-                    },
-                }
 
-            max_tokens, tokens_out = engine.tokens_for(request, tokens, max_tokens)
-            if not request.get("stream"):
-                generated += tokens_out
-                self._json(200, event())
-                return
-            self._start_stream()
-            for token in tokens_out:
-                generated.append(token)
-                self._event(event())
-            self._end_stream()
-
-    return Handler
+def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
+    """The endpoints' handler class, :class:`Handler` serving ``engine``."""
+    return type("Handler", (Handler,), {"engine": engine})
 
 
 def make_bootstrap_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
