@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchflow.hosts.local import LocalHost
@@ -89,18 +90,37 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
 
 
-def main() -> int:
+@dataclass
+class Rig:
+    """The two loopback sshds (``ours`` serves the trigger's connection, ``theirs`` the old loop's), the old
+    loop's pinned host key, the local host that launches the jobs and the job's payload."""
+
+    ours: LoopbackSSHD
+    theirs: LoopbackSSHD
+    known_hosts: Path
+    host: LocalHost
+    payload: Path
+
+
+@dataclass
+class Tally:
+    """Per method (``old``, ``ours``), each trial's latency (noticed - written), wait (noticed - launched) and
+    SSH connections."""
+
+    results: dict[str, list[float]] = field(default_factory=lambda: {"old": [], "ours": []})
+    waited: dict[str, list[float]] = field(default_factory=lambda: {"old": [], "ours": []})
+    connections: dict[str, list[int]] = field(default_factory=lambda: {"old": [], "ours": []})
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=6)
     parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
-    random.seed(args.seed)
-    os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="bench-airflow-"))
-    import logging
+    return parser.parse_args()
 
-    logging.disable(logging.INFO)
 
-    root = Path(tempfile.mkdtemp(prefix="done-detection-"))
+def start_rig(root: Path) -> Rig:
+    """Both sshds on one workdir, the trigger's connection in the environment, the payload written."""
     ours = LoopbackSSHD(root / "ours").start()
     theirs = LoopbackSSHD(root / "theirs").start()
     theirs.workdir = ours.workdir
@@ -111,50 +131,57 @@ def main() -> int:
     host = LocalHost(workdir=ours.workdir)
     payload = ours.workdir / "payload.py"
     payload.write_text(PAYLOAD)
+    return Rig(ours, theirs, known_hosts, host, payload)
 
-    results: dict[str, list[float]] = {"old": [], "ours": []}
-    waited: dict[str, list[float]] = {"old": [], "ours": []}
-    connections: dict[str, list[int]] = {"old": [], "ours": []}
-    try:
-        for trial in range(args.trials):
-            rundir = f"{ours.workdir}/trial{trial}"
-            paths = layout.job_paths(rundir)
-            delay = random.uniform(1.0, OLD_POLL_S - 1.0)
-            host.check(f"mkdir -p {rundir}", 10, "mkdir")
-            before = {"old": theirs.connections_accepted(), "ours": ours.connections_accepted()}
-            host.check(jobs.launch_command(paths, f"{sys.executable} {payload} {delay}", cwd=rundir), 30, "launch")
-            launched = time.time()
-            noticed: dict[str, float] = {}
 
-            def run_old(log: str = paths.log_file, into: dict[str, float] = noticed) -> None:
-                into["old"] = old_loop(theirs, known_hosts, log)
+def wait_both(rig: Rig, log: str, rundir: str) -> dict[str, float]:
+    """When each method noticed the marker: the old loop waits in a thread while the trigger waits here."""
+    noticed: dict[str, float] = {}
 
-            old = threading.Thread(target=run_old)
-            old.start()
-            noticed["ours"] = trigger_wait("bench_ours", rundir)
-            old.join()
-            written = float(Path(rundir, "marker_at").read_text())
-            for method in ("old", "ours"):
-                results[method].append(noticed[method] - written)
-                waited[method].append(noticed[method] - launched)
-            connections["old"].append(theirs.connections_accepted() - before["old"])
-            connections["ours"].append(ours.connections_accepted() - before["ours"])
-            print(
-                f"trial {trial + 1}/{args.trials}: marker at +{delay:4.1f} s; noticed after "
-                f"{results['old'][-1]:5.2f} s (old loop), {results['ours'][-1]:5.2f} s (trigger)",
-                flush=True,
-            )
-    finally:
-        ours.stop()
-        theirs.stop()
+    def run_old() -> None:
+        noticed["old"] = old_loop(rig.theirs, rig.known_hosts, log)
 
+    old = threading.Thread(target=run_old)
+    old.start()
+    noticed["ours"] = trigger_wait("bench_ours", rundir)
+    old.join()
+    return noticed
+
+
+def run_trial(rig: Rig, trial: int, trials: int, tally: Tally) -> None:
+    """One job that writes ALL_DONE at a random instant, both methods waiting for it; its numbers into
+    ``tally``."""
+    rundir = f"{rig.ours.workdir}/trial{trial}"
+    paths = layout.job_paths(rundir)
+    delay = random.uniform(1.0, OLD_POLL_S - 1.0)
+    rig.host.check(f"mkdir -p {rundir}", 10, "mkdir")
+    before = {"old": rig.theirs.connections_accepted(), "ours": rig.ours.connections_accepted()}
+    rig.host.check(jobs.launch_command(paths, f"{sys.executable} {rig.payload} {delay}", cwd=rundir), 30, "launch")
+    launched = time.time()
+    noticed = wait_both(rig, paths.log_file, rundir)
+    written = float(Path(rundir, "marker_at").read_text())
+    for method in ("old", "ours"):
+        tally.results[method].append(noticed[method] - written)
+        tally.waited[method].append(noticed[method] - launched)
+    tally.connections["old"].append(rig.theirs.connections_accepted() - before["old"])
+    tally.connections["ours"].append(rig.ours.connections_accepted() - before["ours"])
+    print(
+        f"trial {trial + 1}/{trials}: marker at +{delay:4.1f} s; noticed after "
+        f"{tally.results['old'][-1]:5.2f} s (old loop), {tally.results['ours'][-1]:5.2f} s (trigger)",
+        flush=True,
+    )
+
+
+def report(tally: Tally, trials: int) -> None:
+    """The table (latency percentiles, connections per wait and for a 15-minute run), then the raw numbers."""
+    results, connections = tally.results, tally.connections
     rows = [
         ("old loop: 30 s polls, 2 fresh SSH connections each", "old"),
         ("deferrable trigger: 1 connection, streamed log", "ours"),
     ]
     # The old loop opens connections per poll, so a longer benchmark costs more; the trigger holds one.
-    old_per_poll = sum(connections["old"]) / sum(max(1, round(w / OLD_POLL_S)) for w in waited["old"])
-    fifteen_min = {"old": old_per_poll * 900 / OLD_POLL_S, "ours": sum(connections["ours"]) / args.trials}
+    old_per_poll = sum(connections["old"]) / sum(max(1, round(w / OLD_POLL_S)) for w in tally.waited["old"])
+    fifteen_min = {"old": old_per_poll * 900 / OLD_POLL_S, "ours": sum(connections["ours"]) / trials}
     header = f"{'method':<52} {'p50 (s)':>8} {'p95 (s)':>8} {'SSH conns/wait':>15} {'... for a 15-min run':>21}"
     print("\n" + header)
     for label, key in rows:
@@ -163,7 +190,26 @@ def main() -> int:
             f"{label:<52} {percentile(results[key], 0.5):8.2f} {percentile(results[key], 0.95):8.2f} "
             f"{per_wait:15.1f} {fifteen_min[key]:21.0f}"
         )
-    print(json.dumps({"trials": args.trials, "latency_s": results, "connections": connections}))
+    print(json.dumps({"trials": trials, "latency_s": results, "connections": connections}))
+
+
+def main() -> int:
+    args = parse_args()
+    random.seed(args.seed)
+    os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="bench-airflow-"))
+    import logging
+
+    logging.disable(logging.INFO)
+
+    rig = start_rig(Path(tempfile.mkdtemp(prefix="done-detection-")))
+    tally = Tally()
+    try:
+        for trial in range(args.trials):
+            run_trial(rig, trial, args.trials, tally)
+    finally:
+        rig.ours.stop()
+        rig.theirs.stop()
+    report(tally, args.trials)
     return 0
 
 
