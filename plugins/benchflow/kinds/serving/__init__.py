@@ -19,7 +19,8 @@ from benchflow.kinds import (
     telemetry_columns,
 )
 from benchflow.kinds.serving import log, sglang_jsonl, vllm_json
-from benchflow.kinds.serving.common import COLUMNS, INTS, METRICS
+from benchflow.kinds.serving.columns import COLUMNS, METRICS
+from benchflow.kinds.serving.common import INTS
 from benchflow.kinds.serving.search import SearchSpec
 from benchflow.params import SERVER, SWEEP
 from benchflow.telemetry.columns import REQUESTS as REQUEST_TIMES

@@ -6,35 +6,10 @@ import math
 import re
 from typing import Any
 
+from benchflow.kinds.serving.columns import COLUMNS
 from benchflow.kinds.serving.labels import PREAMBLE, json_keys
 from benchflow.parsing import to_float
 
-METRICS = ("ttft", "tpot", "itl", "e2e")
-STATS = ("mean", "median", "std", "p90", "p95", "p99", "max")
-COLUMNS = (
-    "config",
-    "concurrency",
-    "repeat",
-    "warmup",
-    "num_prompts",
-    "input_len",
-    "output_len",
-    "completed",
-    "failed",
-    "duration_s",
-    "total_input_tokens",
-    "total_output_tokens",
-    "request_throughput",
-    "input_throughput",
-    "output_throughput",
-    "total_throughput",
-    "peak_output_throughput",
-    "peak_concurrent_requests",
-    *(f"{stat}_{metric}_ms" for metric in METRICS for stat in STATS),
-    "request_rate",
-    "goodput",
-    "accept_length",  # v6 (include/sql/0006_serving_columns.sql)
-)
 _SETTINGS = ("config", "repeat", "warmup", "input_len", "output_len")
 FIGURES = tuple(c for c in COLUMNS if c not in PREAMBLE and c not in _SETTINGS)  # what a run measured
 INTS = (

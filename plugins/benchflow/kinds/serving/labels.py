@@ -20,6 +20,8 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
+from benchflow.kinds.serving.columns import COLUMNS
+
 HERE = Path(__file__).resolve().parent
 LABELS_FILE = HERE / "labels.tsv"
 JSON_KEYS_FILE = HERE / "json_keys.tsv"
@@ -104,8 +106,6 @@ def normalise(label: str) -> str:
 
 
 def columns() -> tuple[str, ...]:
-    from benchflow.kinds.serving.common import COLUMNS
-
     return COLUMNS
 
 
