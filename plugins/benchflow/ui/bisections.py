@@ -9,7 +9,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
-from benchflow.ui.pages import run_href, table
+from benchflow.ui.markup import run_href, table
 from benchflow.warehouse import queries
 
 if TYPE_CHECKING:

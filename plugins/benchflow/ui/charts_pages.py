@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from benchflow.stats import summarize, t_quantile
 from benchflow.ui import charts
 from benchflow.ui.charts import Axis, Point, Series, clock, level_axis, number, value_axis, when
+from benchflow.ui.markup import table
 from benchflow.warehouse import queries
 
 if TYPE_CHECKING:
@@ -201,8 +202,6 @@ def point_chart(
 
 def comparison_table(warehouse: Warehouse, kind: ResultKind, run: Any) -> str:
     """The headline's means as a table: configs side by side, one row per level of the last key column."""
-    from benchflow.ui.pages import table
-
     groups = list(kind.case[:-1])
     if not groups:
         return ""

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from benchflow.ui import charts_pages
-from benchflow.ui.charts import number
+from benchflow.ui import bisections, charts_pages
+from benchflow.ui.markup import run_href, table
 from benchflow.warehouse import queries
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from benchflow.kinds import ResultKind
     from benchflow.spec import CampaignSpec
     from benchflow.warehouse import Warehouse
@@ -96,11 +93,6 @@ def dag_id_of(campaign: str) -> str:
     return f"bench_{campaign}"
 
 
-def run_href(dag_id: str, run_id: str) -> str:
-    """The DAG run's page in the Airflow UI (the view is an iframe: links open in the top window)."""
-    return f"/dags/{quote(str(dag_id), safe='')}/runs/{quote(str(run_id), safe='')}"
-
-
 def verdict(run: Any) -> str:
     """A run's verdict as a page shows it: red when regressed, green only when judged fine against its baseline
     nights, grey with the reason when it was not judged."""
@@ -110,43 +102,6 @@ def verdict(run: Any) -> str:
     text = verdict_text(state, run.get("verdict_detail"), run.get("baseline_runs"), run.get("regressions"))
     css = {"regressed": "bad", "fine": "ok"}.get(state if isinstance(state, str) else "", "unjudged")
     return f'<span class="{css}">{escape(text)}</span>'
-
-
-def _cell(value: Any) -> tuple[str, str]:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "", ""
-    if isinstance(value, bool):
-        return str(value).lower(), "text"
-    if isinstance(value, int | float):
-        return number(float(value)), ""
-    try:
-        import numpy as np
-
-        if isinstance(value, np.integer | np.floating):
-            return number(float(value)), ""
-    except ImportError:  # pragma: no cover
-        pass
-    return escape(str(value)), "text"
-
-
-def table(frame: pd.DataFrame, links: dict[str, Any] | None = None, total: int | None = None) -> str:
-    """The frame as a table; ``total``: how many rows there are in all, when the frame holds the first few."""
-    if not len(frame):
-        return '<p class="empty">(no rows)</p>'
-    head = "".join(f"<th>{escape(str(c))}</th>" for c in frame.columns)
-    rows = []
-    for record in frame.itertuples(index=False):
-        cells = []
-        for column, value in zip(frame.columns, record, strict=True):
-            text, css = _cell(value)
-            if links and column in links and text:
-                text = f'<a href="{escape(links[column](record))}" target="_top">{text}</a>'
-            cells.append(f'<td class="{css}">{text}</td>' if css else f"<td>{text}</td>")
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    shown = ""
-    if total is not None and total > len(frame):
-        shown = f'<p class="muted showing">showing {len(frame)} of {total} rows</p>'
-    return f"{shown}<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
 def campaigns(warehouse: Warehouse) -> dict[str, ResultKind]:
@@ -264,8 +219,6 @@ def campaign(warehouse: Warehouse, name: str) -> str:
         rank.sort(key=lambda i: str(findings["night"].iloc[i]), reverse=True)  # newest night first, stable
         findings = findings.iloc[rank].reset_index(drop=True)
         findings["relative_change"] = findings["relative_change"].map(lambda v: f"{100 * v:+.1f}%")
-        from benchflow.ui import bisections
-
         findings, bisect_href = bisections.with_bisect(warehouse, name, findings)
         links = {"run_id": lambda r: run_href(r.dag_id, r.run_id), "bisect": bisect_href}
         out.append(table(findings, links=links, total=queries.finding_count(warehouse, name)))
@@ -273,9 +226,7 @@ def campaign(warehouse: Warehouse, name: str) -> str:
         out.append(f'<p class="ok">none found in any run (the latest: {verdict(run)})</p>')
     else:
         out.append(f'<p class="unjudged">none recorded; the latest valid run was {verdict(run)}</p>')
-    from benchflow.ui.bisections import listing
-
-    out.append(f"<h2>Bisections</h2>{listing(warehouse, name, prefix='../')}")
+    out.append(f"<h2>Bisections</h2>{bisections.listing(warehouse, name, prefix='../')}")
     return "".join(out)
 
 
