@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   runs the demo campaign through Airflow against this machine (results in DuckDB)
-#   make test   runs ruff, mypy and the test suite (unit, integration, e2e)
+#   make test   runs ruff, mypy and the whole test suite (unit, integration, e2e, stack) in parallel processes
+#   make check  the edit loop: ruff, mypy, the unit and integration tiers
 #   make up     starts Airflow for this project here (UI, Benchmarks view); make down stops it
 # They create .venv (Airflow's environment) and .venv-host (the serving host's: torch, triton, the real
 # SGLang/vLLM benchmark clients and sglang-router) on first use and refresh them when their requirements change.
@@ -18,7 +19,7 @@ HOST_VENV  := .venv-host
 HOST_PY    := $(HOST_VENV)/bin/python
 HOST_STAMP := $(HOST_VENV)/.installed
 
-.PHONY: demo test lint venv host-venv constraints clean compose-env up down
+.PHONY: demo test check lint venv host-venv constraints clean compose-env up down
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -65,8 +66,24 @@ $(SYSTEM_DEPS):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openssh-server openssh-client chromium
 
-test: lint $(SYSTEM_DEPS) $(HOST_STAMP)
-	TRITON_INTERPRET=1 $(VENV)/bin/pytest
+# The suite in PYTEST_WORKERS processes (pytest-xdist; tests/conftest.py groups what shares a fixture), each test
+# under a timeout; it ends with the 15 slowest tests, the time per tier, and the total of lint, types and tests.
+PYTEST_WORKERS ?= 4
+
+test: $(STAMP) $(SYSTEM_DEPS) $(HOST_STAMP)
+	@start=$$(date +%s); status=0; \
+	$(MAKE) --no-print-directory lint && \
+	TRITON_INTERPRET=1 $(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadgroup || status=$$?; \
+	echo "make test: $$(( $$(date +%s) - start )) s in all (lint, types and the whole suite), exit $$status"; \
+	exit $$status
+
+# The edit loop: lint, types, the unit and integration tiers (no DAG run, no Airflow stack).
+check: $(STAMP) $(SYSTEM_DEPS) $(HOST_STAMP)
+	@start=$$(date +%s); status=0; \
+	$(MAKE) --no-print-directory lint && \
+	TRITON_INTERPRET=1 $(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "unit or integration" || status=$$?; \
+	echo "make check: $$(( $$(date +%s) - start )) s in all, exit $$status"; \
+	exit $$status
 
 # docker-compose.yaml's gpu-sim: its host key and the workers' client key (./secrets/, never in git),
 # and in .env the pinned host key and the UID the containers run as.

@@ -1,7 +1,15 @@
-"""Test environment: a private var/ directory and a real PostgreSQL database for Airflow's metadata.
+"""Test environment: a private var/ directory and a real PostgreSQL database for Airflow's metadata, per test
+process (``make test`` runs the suite in parallel processes, pytest-xdist: each has its own).
 
-Airflow reads its configuration when first imported, so this runs before any test module imports it.
-The database is created on the PostgreSQL server at 127.0.0.1:5432 and dropped at the end.
+Airflow reads its configuration when first imported, so this runs before any test module imports it. The
+database is a copy of a migrated template on the PostgreSQL server at 127.0.0.1:5432
+(:func:`benchtools.metadata_db.migrated_template`, made once per server and Airflow version) and dropped at
+the end.
+
+Tiers, by what a test starts (``pyproject.toml`` declares them; ``make check`` runs the first two):
+``unit`` (nothing), ``integration`` (real processes, sshd, databases; no Airflow DAG run), ``e2e`` (a campaign
+DAG through ``dag.test()`` or ``bench run``), ``stack`` (Airflow's components as processes). Every test has a
+timeout (``timeout`` in ``pyproject.toml``, raised per test where a real run needs it).
 """
 
 from __future__ import annotations
@@ -9,18 +17,19 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
-
-from benchtools.stack import pg_admin
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 TEST_DB = f"benchflow_test_{os.getpid()}"
 PG_URI = f"postgresql://postgres@127.0.0.1:5432/{TEST_DB}"
 VAR = Path(tempfile.mkdtemp(prefix="benchflow-test-"))
+TIERS = ("unit", "integration", "e2e", "stack")
 
 os.environ.update(
     {
@@ -29,7 +38,7 @@ os.environ.update(
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAG_IGNORE_FILE_SYNTAX": "regexp",  # see benchtools.airflow_env
+        "AIRFLOW__CORE__DAG_IGNORE_FILE_SYNTAX": "regexp",  # see benchflow.paths
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://postgres@127.0.0.1:5432/{TEST_DB}",
         "GX_ANALYTICS_ENABLED": "false",
     }
@@ -38,21 +47,73 @@ os.environ.pop("AIRFLOW_CONN_BENCH_WAREHOUSE", None)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    pg_admin(f'DROP DATABASE IF EXISTS "{TEST_DB}"')
-    pg_admin(f'CREATE DATABASE "{TEST_DB}"')
+    if getattr(session.config, "workerinput", None) is None and session.config.getoption("numprocesses", None):
+        return  # the controller of parallel workers runs no test
+    from benchflow.warehouse.hooks import create_postgres_database, drop_postgres_database
+    from benchtools.metadata_db import migrated_template
+
+    drop_postgres_database(TEST_DB)
+    create_postgres_database(TEST_DB, template=migrated_template())
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    pg_admin(f'DROP DATABASE IF EXISTS "{TEST_DB}" WITH (FORCE)')
+    from benchflow.warehouse.hooks import drop_postgres_database
+
+    drop_postgres_database(TEST_DB)
     shutil.rmtree(VAR, ignore_errors=True)
+
+
+def tier_of(item: pytest.Item) -> str:
+    tiers = [m.name for m in item.iter_markers() if m.name in TIERS]
+    if len(tiers) != 1:
+        raise pytest.UsageError(f"{item.nodeid}: one tier marker of {TIERS} expected, found {tiers}")
+    return tiers[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test belongs to exactly one tier (its module's ``pytestmark``): selection by marker then selects
+    every test, and a test without a tier is an error, not a test that no run selects.
+
+    For the parallel run (``--dist loadgroup``): the stack tier is one group (one Airflow stack for all of it),
+    each other module that starts something is a group of its own (its module fixtures run once, in one worker),
+    unit tests go wherever a worker is free; and the groups that take longest are handed out first (stack, e2e,
+    integration, unit), so that no long one starts last."""
+    order = {tier: n for n, tier in enumerate(("stack", "e2e", "integration", "unit"))}
+    for item in items:
+        tier = tier_of(item)
+        if tier == "stack":
+            item.add_marker(pytest.mark.xdist_group("stack"))
+        elif tier != "unit" and not any(m.name == "xdist_group" for m in item.iter_markers()):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    items.sort(key=lambda item: order[tier_of(item)])  # stable: the order within a tier is the files'
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
+    """Wall time of the run and the time each tier's tests took (summed over the workers): drift shows in
+    every CI log."""
+    reports = [r for key in ("passed", "failed", "error") for r in terminalreporter.stats.get(key, [])]
+    per_tier: dict[str, float] = {}
+    for report in reports:
+        tier = next((k for k in report.keywords if k in TIERS), "other")
+        per_tier[tier] = per_tier.get(tier, 0.0) + report.duration
+    if not per_tier:
+        return
+    started = getattr(getattr(terminalreporter, "_session_start", None), "time", None)
+    wall = time.time() - started if isinstance(started, float) else float("nan")
+    tiers = ", ".join(f"{tier} {seconds:.0f} s" for tier, seconds in sorted(per_tier.items()))
+    terminalreporter.write_sep("=", f"suite wall time {wall:.0f} s; test time per tier: {tiers}")
 
 
 @pytest.fixture(scope="session")
 def airflow_db() -> None:
-    """Airflow's metadata tables in the test database."""
-    from airflow.utils.db import upgradedb
+    """Airflow's metadata tables in this process's test database (a copy of the migrated template): the
+    fixture says a test needs them; the check is cheap, and migrates should the template be behind."""
+    from airflow.utils.db import check_migrations, upgradedb
 
-    upgradedb()
+    try:
+        check_migrations(timeout=0)
+    except TimeoutError:
+        upgradedb()
 
 
 @pytest.fixture
@@ -61,7 +122,7 @@ def var_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def sshd():
+def sshd() -> Iterator[object]:
     """A real sshd on a loopback port, and the Airflow connection ``gpu_loopback`` that pins its key."""
     from benchtools.loopback_sshd import LoopbackSSHD
 
@@ -83,3 +144,13 @@ def live_group_members(pgid: int) -> list[int]:
         except (ProcessLookupError, psutil.NoSuchProcess):
             continue
     return members
+
+
+def wait_for(predicate, timeout: float, what: str, every: float = 0.1) -> None:
+    """Until ``predicate()`` holds; fails naming ``what`` after ``timeout`` seconds. Tests wait on conditions,
+    never for a fixed time."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
 
-from benchtools.loopback_sshd import free_port
+from benchtools.net import free_port
 
 AUTH_MANAGER = f"{__name__}.NoDagsForSomeAuthManager"
 

@@ -3,7 +3,10 @@
     python sweep.py --label pd --base-url http://127.0.0.1:8000 --client sglang \
         --concurrency 1,8,16 --prompts 6,24,32 --input-len 256 --output-len 256 --out results.jsonl
 
-One code path for every host: the client runs with this interpreter (the host's serving environment).
+One code path for every host: the client runs with this interpreter (the host's serving environment). Its module
+is imported once, here, and each phase runs the client's command line in a fork of this process
+(``benchhost.warmstart``: the same code, arguments and output, without an interpreter's start per phase);
+``--fresh-client`` starts a new interpreter for each phase instead.
 
 * ``--client sglang``: ``python -m sglang.bench_serving --backend sglang --dataset-name random-ids
   --random-range-ratio 1 ... --output-file <phase>.json --output-details``
@@ -58,7 +61,6 @@ import argparse
 import heapq
 import json
 import os
-import subprocess
 import sys
 import time
 import urllib.request
@@ -68,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from benchhost import loadsearch
+from benchhost.warmstart import WarmStart
 
 HERE = Path(__file__).resolve().parent
 
@@ -87,6 +90,11 @@ DEFAULT_BACKEND = {"sglang": "sglang", "vllm": "vllm"}
 SGLANG_START_LINE = "Starting main benchmark run"  # then asyncio.sleep(1.0), then the first request
 SGLANG_START_DELAY_S = 1.0
 LOADGEN_FIRST_END = "request 1/"
+# What a client's command line imports after its module (vLLM's CLI imports its subcommands in main()): imported
+# once with it, so that no phase pays for them (benchhost.warmstart).
+WARM_IMPORTS = {
+    "vllm.entrypoints.cli.main": ("vllm.entrypoints.cli.benchmark.main", "vllm.benchmarks.serve"),
+}
 PERF_IS_MONOTONIC = "CLOCK_MONOTONIC" in time.get_clock_info("perf_counter").implementation
 
 
@@ -272,13 +280,7 @@ def run_client(args: argparse.Namespace, phase: Phase, result: Path) -> tuple[in
     its requests in time."""
     anchors: dict[str, float] = {}
     with result.with_suffix(".log").open("w") as raw:
-        proc = subprocess.Popen(
-            client_command(args, phase, result),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+        proc = args.launcher.start(client_command(args, phase, result), {**os.environ, "PYTHONUNBUFFERED": "1"})
         assert proc.stdout is not None
         line = "\n"
         for line in proc.stdout:
@@ -434,6 +436,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--search", help="JSON of benchmark.search: a load search instead of the fixed levels")
     parser.add_argument("--out", type=Path, default=Path("results.jsonl"))
     parser.add_argument("--marker", default="ALL_DONE")
+    parser.add_argument(
+        "--fresh-client",
+        action="store_true",
+        help="a new interpreter for each phase's client (default: the client imported once, each phase a fork)",
+    )
     args = parser.parse_args(argv)
     if len(args.concurrency) != len(args.prompts):
         parser.error("--concurrency and --prompts need the same number of values")
@@ -456,6 +463,9 @@ def main(argv: list[str] | None = None) -> int:
     phases_dir = args.out.parent / f"phases_{args.label}"
     phases_dir.mkdir(parents=True, exist_ok=True)
     args.phase_log = phase_log(args.out)
+    args.launcher = WarmStart(WARM_IMPORTS)
+    if not args.fresh_client:
+        print(args.launcher.prepare(client_command(args, Phase(1, 1, 1), phases_dir / "x.json")), flush=True)
     if args.search is None:
         failed = fixed_sweep(args, phases_dir)
     else:

@@ -216,7 +216,7 @@ def _before_benchmark(
     preflight = PreflightOperator(
         task_id="preflight",
         benchmark_args=dict(spec.benchmark.args),
-        serving=bool(spec.configs),
+        with_servers=bool(spec.configs),
         form=dict(spec.result_kind.form),
         run_options=list(_run_options(spec)),
         paired=spec.result_kind.paired,

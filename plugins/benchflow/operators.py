@@ -109,7 +109,7 @@ class PreflightOperator(HostOperator):
         self,
         *,
         benchmark_args: dict[str, Any] | None = None,
-        serving: bool = False,
+        with_servers: bool = False,
         form: dict[str, Any] | None = None,
         run_options: list[str] | None = None,
         paired: tuple[tuple[str, ...], ...] = (),
@@ -117,7 +117,7 @@ class PreflightOperator(HostOperator):
     ):
         super().__init__(**kwargs)
         self.benchmark_args = benchmark_args or {}
-        self.serving = serving
+        self.with_servers = with_servers
         self.form = form or {}
         self.run_options = run_options or []  # params of the run that are not benchmark arguments (payload_ref)
         self.paired = paired
@@ -125,7 +125,7 @@ class PreflightOperator(HostOperator):
     def execute(self, context: Context) -> dict[str, str]:
         try:
             resolved = params.check_conf(
-                self.benchmark_args, self.serving, context.get("params"), self.form, self.run_options, self.paired
+                self.benchmark_args, self.with_servers, context.get("params"), self.form, self.run_options, self.paired
             )
         except ValueError as exc:
             raise AirflowFailException(f"trigger conf refused, nothing ran on the host: {exc}") from None

@@ -100,12 +100,12 @@ def finite(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def param_schemas(
-    args: dict[str, Any], serving: bool, form: Form | None = None
+    args: dict[str, Any], with_servers: bool, form: Form | None = None
 ) -> dict[str, tuple[Any, dict[str, Any]]]:
     """name → (default, JSON schema) for a campaign's trigger form, section by section (sweep, server, run
     options), each in the spec's order."""
     schemas = {name: (value, schema_for(name, value, form)) for name, value in args.items()}
-    if serving:
+    if with_servers:
         schemas[SERVER_ARGS] = (
             "",
             {
@@ -271,7 +271,7 @@ def run_option_schemas(
 
 def check_conf(
     args: dict[str, Any],
-    serving: bool,
+    with_servers: bool,
     params: dict[str, Any] | Any,
     form: Form | None = None,
     run_options: list[str] | tuple[str, ...] = (),
@@ -285,7 +285,7 @@ def check_conf(
 
     if (where := non_finite(dict(params or {}))) is not None:
         raise ValueError(f"param {where}: NaN and Infinity are not numbers a benchmark can take")
-    known = set(args) | ({SERVER_ARGS} if serving else set()) | set(run_options)
+    known = set(args) | ({SERVER_ARGS} if with_servers else set()) | set(run_options)
     unknown = sorted(set(dict(params or {})) - known)
     if unknown:
         raise ValueError(
@@ -295,7 +295,7 @@ def check_conf(
     resolved = overlay(args, params, form)
     check_pairs(args, resolved, paired)
     rendered = render_args(resolved)
-    if serving:
+    if with_servers:
         rendered += " " + server_args(params)
     if len(rendered) > MAX_ARGS_CHARS:
         raise ValueError(f"the arguments make a command line of {len(rendered)} characters (at most {MAX_ARGS_CHARS})")

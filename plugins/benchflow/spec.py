@@ -286,8 +286,8 @@ class Validity(_Model):
     """When a result is not ``ok``: the limits of the rules of :mod:`benchhost.telemetry.validity` (data, with its
     defaults); rows that are noisy, throttled or contended are stored but never a baseline."""
 
-    kernel_spread_max: float = Field(default=1.5, gt=1, description="p90 / p10 of a kernel row's timed calls")
-    serving_cv_max: float = Field(default=0.10, gt=0, description="stdev / mean of throughput across repeats")
+    spread_max: float = Field(default=1.5, gt=1, description="p90 / p10 of a row's timed calls")
+    repeat_cv_max: float = Field(default=0.10, gt=0, description="stdev / mean of throughput across repeats")
     max_wait_share: float = Field(default=0.10, gt=0, le=1, description="the benchmark's CPU run-queue wait share")
     max_steal_pct: float = Field(default=5.0, ge=0, le=100, description="CPU steal over a phase, %")
     max_others_busy_pct: float | None = Field(default=None, ge=0, le=100, description="others' CPU use, %; null: off")
@@ -340,7 +340,7 @@ class CampaignSpec(_Model):
     retries: int = Field(default=0, ge=0, le=10)
     services: list[Service] = Field(default_factory=list, max_length=LIMITS.services)
     configs: list[ServingConfig] = Field(
-        default_factory=list, max_length=LIMITS.configs, description="serving: run one after another"
+        default_factory=list, max_length=LIMITS.configs, description="configs of servers, run one after another"
     )
     benchmark: Benchmark
     timeouts: Timeouts = Field(default_factory=Timeouts)

@@ -22,7 +22,7 @@ import pytest
 from benchflow.kinds import parse_text
 from benchflow.paths import host_python
 from benchhost import loadsearch as ls
-from benchtools.loopback_sshd import free_port
+from benchtools.net import free_port
 from tests.conftest import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration

@@ -23,8 +23,8 @@ import psutil
 import pytest
 import requests
 
-from benchtools.loopback_sshd import free_port
-from benchtools.stack import pg_admin
+from benchflow.warehouse.hooks import drop_postgres_database
+from benchtools.net import free_port
 from tests.conftest import FIXTURES, PROJECT_ROOT, live_group_members
 
 pytestmark = pytest.mark.integration
@@ -57,12 +57,11 @@ def local_env(tmp_path):
             "BENCH_CAMPAIGNS_DIR": str(tmp_path / "specs"),
             "BENCH_KERNELS_DIR": str(tmp_path / "kernels"),
             "BENCH_UP_PG_DATABASE": database,
-            "PYTHONPATH": str(PROJECT_ROOT / "plugins"),
         }
     )
     yield env, tmp_path / "var"
     subprocess.run([str(BENCH), "down"], env=env, capture_output=True, timeout=120)
-    pg_admin(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    drop_postgres_database(database)
 
 
 def ours(var: Path) -> list[psutil.Process]:

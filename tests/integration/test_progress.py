@@ -64,7 +64,6 @@ def env(tmp_path_factory, airflow_db):
         **os.environ,
         "BENCH_CAMPAIGNS_DIR": str(root / "specs"),
         "BENCH_KERNELS_DIR": str(root / "kernels"),
-        "PYTHONPATH": str(PROJECT_ROOT / "plugins"),
         "PYTHONUNBUFFERED": "1",
     }
 

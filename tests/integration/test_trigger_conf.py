@@ -90,7 +90,7 @@ def preflight(dag, conf: dict):
         task_id="preflight",
         host_id="no_such_host",
         benchmark_args=task.benchmark_args,
-        serving=task.serving,
+        with_servers=task.with_servers,
         form=task.form,
         paired=task.paired,
     )

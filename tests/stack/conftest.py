@@ -1,14 +1,30 @@
-"""One Airflow stack for the tests in this folder (see tests/airflow_stack.py), with two SSH hosts on
-loopback, ``gpu_a`` and ``gpu_b``, each a real sshd whose host key the connection pins."""
+"""One Airflow stack for the whole stack tier (:class:`benchtools.stack.AirflowStack`: CeleryExecutor, Redis,
+PostgreSQL, the api-server, scheduler, dag-processor, triggerer and a Celery worker as processes), started once
+per test process that runs a stack test, with two SSH hosts on loopback, ``gpu_a`` and ``gpu_b``, each a real
+sshd whose host key the connection pins.
+
+Its campaigns: four of the fault payload for the stack's own tests (two share ``gpu_a``, one runs on ``gpu_b``,
+one is triggered from the UI's form), and two of a generated git payload repository for the bisect DAG
+(``toy_bisect``: commit 11 is 20 % slower; ``toy_noise``: no commit is).
+"""
 
 from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from benchtools.loopback_sshd import LoopbackSSHD
+from benchtools.metadata_db import migrated_template
 from benchtools.stack import AirflowStack, campaign_folder
 from tests.conftest import FIXTURES, VAR
+from tests.payload_repo import PayloadRepo, make_payload_repo
 
+REPEATS = 5
+CASE, METRIC = "m=64", "us_per_token"
 SPEC = """\
 description: {what} on host {host}
 kind: kernel
@@ -30,18 +46,51 @@ CAMPAIGNS = {
     "stack_b": ("third campaign", "gpu_b", 3.0),
     "stack_ui": ("campaign triggered from the UI", "gpu_b", 0.5),
 }
+BISECTED = ("toy_bisect", "toy_noise")
+
+
+def toy_spec(repo: Path, hosts: list[str]) -> str:
+    """A campaign of the toy kernel in a generated git repository, on ``hosts`` (the first is its own)."""
+    return textwrap.dedent(
+        f"""\
+        description: the toy kernel of a generated git repository
+        kind: kernel
+        host: {hosts[0]}
+        hosts: {json.dumps(hosts)}
+        payload: {{repo: {repo}, ref: main, path: kernels/toy}}
+        schedule: null
+        telemetry: {{enabled: false}}
+        benchmark:
+          script: bench_toy.py
+          args: {{m_list: [1, 64], iters: 1, clock: model, noise: 0.03}}
+        timeouts:
+          benchmark: 120
+          poke_interval: 1
+          host_poke_interval: 2
+        """
+    )
 
 
 @pytest.fixture(scope="session")
-def stack():
+def repos() -> dict[str, PayloadRepo]:
+    root = VAR / "bisect-repos"
+    return {
+        "toy_bisect": make_payload_repo(root / "slow.git"),
+        "toy_noise": make_payload_repo(root / "same.git", slowdown=1.0),
+    }
+
+
+@pytest.fixture(scope="session")
+def stack(repos: dict[str, PayloadRepo]) -> Iterator[AirflowStack]:
     root = VAR / "stack"
     hosts = {name: LoopbackSSHD(root / f"sshd-{name}").start() for name in ("gpu_a", "gpu_b")}
     specs = {name: SPEC.format(what=what, host=host, delay=delay) for name, (what, host, delay) in CAMPAIGNS.items()}
+    specs |= {name: toy_spec(repos[name].path, ["gpu_a", "gpu_b"]) for name in BISECTED}
     campaigns, kernels = campaign_folder(root, specs, {"fault": FIXTURES / "payloads" / "fault"})
     airflow = AirflowStack(root, campaigns, kernels, {name: h.connection() for name, h in hosts.items()})
     try:
-        airflow.start()
-        airflow.wait_for_dags([f"bench_{name}" for name in CAMPAIGNS])
+        airflow.start(template=migrated_template())
+        airflow.wait_for_dags(["bench_bisect", *(f"bench_{name}" for name in [*CAMPAIGNS, *BISECTED])])
         yield airflow
     finally:
         airflow.stop()

@@ -22,7 +22,7 @@ from benchflow import kinds
 from benchflow.analysis.regressions import assess
 from benchflow.spec import RegressionLimits
 from benchflow.warehouse import RunRecord, Warehouse
-from benchtools.stack import PASSWORD, USER
+from benchtools.stack import USER
 from tests.conftest import PROJECT_ROOT
 
 pytestmark = pytest.mark.stack
@@ -52,7 +52,7 @@ def test_trigger_a_new_config_from_the_form_and_watch_it_finish(stack, page):
 
     page.goto(f"{stack.url}/dags/{DAG}")
     page.fill("input[name=username]", USER)
-    page.fill("input[name=password]", PASSWORD)
+    page.fill("input[name=password]", stack.password)
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url(f"**/dags/{DAG}")
 

@@ -6,6 +6,8 @@ import pytest
 
 from benchflow.analysis.compare import Side, point_order
 
+pytestmark = pytest.mark.unit
+
 
 def test_points_sort_by_number_not_text():
     points = ["concurrency=16", "concurrency=1", "concurrency=8", "concurrency=128"]

@@ -472,6 +472,8 @@ def test_sampler_command_quotes_every_word_and_refuses_bad_values():
 
 
 def test_the_column_maps_are_what_the_functions_return():
+    from benchflow.kinds import kernel as kernel_kind
+    from benchflow.kinds import serving as serving_kind
     from benchflow.telemetry import columns
 
     cfg = {**CFG, "gpus": [CFG["gpus"][0]]}
@@ -489,7 +491,7 @@ def test_the_column_maps_are_what_the_functions_return():
     ]
     (k,) = summary.kernel_rows([{"m": 1, "dtype": "bf16", "p10_ms": 1.0, "p90_ms": 1.1}], [kernel], samples)
     (s,) = summary.serving_rows([{"config": "c", "concurrency": 2, "repeat": 1}], reqs, [serving], samples)
-    assert list(k) == list(columns.KERNEL) and list(s) == list(columns.SERVING)
+    assert list(k) == list(kernel_kind.TELEMETRY) and list(s) == list(serving_kind.TELEMETRY)
     assert list(summary.phase_gpu_rows(samples, [kernel])[0]) == list(columns.PHASE_GPUS)
     assert list(columns.SAMPLES) == list(files.SAMPLE_COLUMNS)
-    assert set(columns.REQUESTS) <= set(json.loads(json.dumps(reqs[0])))
+    assert set(serving_kind.REQUEST_TIMES) <= set(json.loads(json.dumps(reqs[0])))

@@ -1,10 +1,10 @@
 """Results judge their own validity: ``ok``, ``noisy``, ``throttled`` or ``contended``, from rules whose limits
 are data (:class:`Limits`, defaults below; a spec can carry its own).
 
-* noisy: a kernel row whose timed calls spread more than ``kernel_spread_max`` (p90 / p10; pyperf's own
+* noisy: a kernel row whose timed calls spread more than ``spread_max`` (p90 / p10; pyperf's own
   warning fires when the minimum or maximum is 50 % off the mean); a serving case (config × concurrency,
   warm-up left out) whose ``serving_metric`` varies across its repeats by a coefficient of variation
-  (sample stdev / mean) above ``serving_cv_max``, 10 % as pyperf warns ("the standard deviation is N % of the
+  (sample stdev / mean) above ``repeat_cv_max``, 10 % as pyperf warns ("the standard deviation is N % of the
   mean"); every repeat of that case is noisy. One repeat: the spread is not judged.
 * throttled: a clock-event reason other than ``benign_reasons`` (GPU idle, applications clocks setting) seen on
   a GPU of the phase (a serving config's own GPUs; a kernel's, else every sampled GPU).
@@ -40,8 +40,8 @@ VALIDITIES = ("ok", "noisy", "throttled", "contended")
 class Limits:
     """The limits of the validity rules (see the module docstring)."""
 
-    kernel_spread_max: float = 1.5  # p90 / p10 of a kernel row's timed calls
-    serving_cv_max: float = 0.10  # stdev / mean of serving_metric across a case's repeats
+    spread_max: float = 1.5  # p90 / p10 of a kernel row's timed calls
+    repeat_cv_max: float = 0.10  # stdev / mean of serving_metric across a case's repeats
     serving_metric: str = "output_throughput"
     max_wait_share: float = 0.10  # the benchmark's run-queue wait / (run + wait) over the phase
     max_steal_pct: float = 5.0  # CPU steal over the phase, % of all CPU time
@@ -102,8 +102,8 @@ def kernel_noise(row: Mapping[str, Any], limits: Limits) -> str | None:
     if not isinstance(p10, int | float) or not isinstance(p90, int | float) or not p10 > 0:
         return None
     ratio = p90 / p10
-    if ratio > limits.kernel_spread_max:
-        return f"timed calls spread p90/p10 = {ratio:.2f} ({p10:.4g}–{p90:.4g} ms; limit {limits.kernel_spread_max:g})"
+    if ratio > limits.spread_max:
+        return f"timed calls spread p90/p10 = {ratio:.2f} ({p10:.4g}–{p90:.4g} ms; limit {limits.spread_max:g})"
     return None
 
 
@@ -119,10 +119,10 @@ def serving_noise(rows: Sequence[Mapping[str, Any]], limits: Limits) -> list[str
         mean = statistics.fmean(values)
         if len(values) >= 2 and mean > 0:
             cv = statistics.stdev(values) / mean
-            if cv > limits.serving_cv_max:
+            if cv > limits.repeat_cv_max:
                 found[case] = (
                     f"{limits.serving_metric} varies {cv:.0%} across {len(values)} repeats "
-                    f"(coefficient of variation; limit {limits.serving_cv_max:.0%})"
+                    f"(coefficient of variation; limit {limits.repeat_cv_max:.0%})"
                 )
     return [None if row.get("warmup") else found.get((row.get("config"), row.get("concurrency"))) for row in rows]
 

@@ -63,6 +63,9 @@ class Trend:
     bracket: str | None = None
 
 
+LOAD_SEARCH = "load_search"  # a side table's role: a load search's answers, one row per config
+
+
 @dataclass(frozen=True)
 class SideTable:
     """Rows a kind loads beside its results from a file the benchmark saved (serving: per-request data)."""
@@ -77,6 +80,9 @@ class SideTable:
     trend: tuple[Trend, ...] = ()
     case: tuple[str, ...] = ()
     point: str = ""
+    # What the table is to the rest of the library, where it has a page or a query of its own: "load_search" (a
+    # load search's answers, one row per config), "" for none. The view and the warehouse find tables by role.
+    role: str = ""
 
 
 @dataclass(frozen=True)
@@ -303,6 +309,11 @@ def default() -> ResultKind:
     return next(k for k in all_kinds() if k.default)
 
 
+def side_table(kind: ResultKind, role: str) -> SideTable | None:
+    """The kind's side table of ``role`` (see :class:`SideTable`), or None when it has none."""
+    return next((side for side in kind.side_tables if side.role == role), None)
+
+
 def bracketed(metric: str) -> tuple[SideTable, Trend] | None:
     """The side table and trend of a metric known only within a bracket (``Trend.bracket``), else None."""
     for kind in all_kinds():
@@ -360,6 +371,7 @@ def parse_text(
 
 
 __all__ = [
+    "LOAD_SEARCH",
     "BenchmarkOptions",
     "Column",
     "Format",
@@ -375,6 +387,7 @@ __all__ = [
     "names",
     "parse_text",
     "resolve",
+    "side_table",
     "trend_direction",
     "typed_frame",
 ]

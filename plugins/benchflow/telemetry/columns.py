@@ -1,6 +1,8 @@
 """The columns the telemetry adds, as data (name → type, with units), for the warehouse tables and the result
-kinds' columns: what the functions of ``summary`` return, key for key (a test holds them to it). Types are the
-result kinds' (``int``, ``float``, ``text``, ``bool``); times are epoch seconds (float)."""
+kinds' columns: the side tables every kind has (the samples, each phase's GPUs) and the columns every kind's rows
+gain (host load, validity); each kind declares the columns of its own (``kinds/<kind>/``). What the functions of
+``benchhost.telemetry.summary`` return, key for key (a test holds them to it). Types are the result kinds'
+(``int``, ``float``, ``text``, ``bool``); times are epoch seconds (float)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ SAMPLES: dict[str, ColumnType] = {
 
 # telemetry_phase_gpus: summary.phase_gpu_rows, one row per phase and GPU (after dag_id, run_id)
 PHASE_GPUS: dict[str, ColumnType] = {
-    "kind": "text",  # kernel | serving
+    "kind": "text",  # the result kind of the phase
     "config": "text",  # serving key
     "concurrency": "int",
     "repeat": "int",
@@ -68,46 +70,6 @@ VALIDITY: dict[str, ColumnType] = {
     "validity": "text",  # ok | noisy | throttled | contended
     "validity_reason": "text",  # every finding, the winning one first; "" when ok
     "validity_unjudged": "text",  # rules that had nothing to judge
-}
-
-# serving_results gains (summary.serving_rows)
-SERVING: dict[str, ColumnType] = {
-    "steady_start": "float",  # epoch s
-    "steady_end": "float",
-    "steady_s": "float",  # s
-    "steady_why": "text",
-    "energy_gpus": "text",  # the GPUs counted, e.g. "0,1,2,3"
-    "steady_tokens": "int",  # output tokens produced in the steady state
-    "steady_energy_j": "float",  # J
-    "energy_method": "text",
-    "j_per_token": "float",  # J per output token over the steady state
-    "phase_energy_j": "float",  # J, first request sent → last answered
-    "phase_tokens": "int",
-    "j_per_token_phase": "float",  # J per output token over the whole phase
-    **HOST_LOAD,
-    **VALIDITY,
-}
-
-# kernel_results gains (summary.kernel_rows)
-KERNEL: dict[str, ColumnType] = {
-    "spread_ratio": "float",  # p90 / p10 of the timed calls
-    "energy_window": "text",  # energy_loop | timed
-    "energy_s": "float",  # s
-    "energy_calls": "int",
-    "energy_samples": "int",  # samples inside the window (min over the GPUs)
-    "energy_j": "float",  # J
-    "energy_method": "text",
-    "energy_coverage": "float",  # 0..1
-    "j_per_call": "float",  # J per call
-    **HOST_LOAD,
-    **VALIDITY,
-}
-
-# serving_requests gains (sweep.py's requests.jsonl)
-REQUESTS: dict[str, ColumnType] = {
-    "start_s": "float",  # epoch s, request sent
-    "first_token_s": "float",  # epoch s, first token (null: failed)
-    "end_s": "float",  # epoch s, last token (null: failed)
 }
 
 # The unit of each column above that has one (what the tables' headings and the charts' axes say).

@@ -7,7 +7,8 @@ drawn by :mod:`benchflow.ui.charts`; kind-generic, from the kinds' declarations:
   concurrency; kernel: against M), the mean of its ``ok`` repeats with their interval, the rows left out drawn
   apart; the same for energy per unit of work (every column whose unit is ``J/…``: J/token, J/call);
 * a kind of one named measurement a row (``measures``: the generic kind): a chart per metric and its trend;
-* a load search (``serving_search``): each config's latency bounds against load, the SLO lines, the answer;
+* a load search (a kind's side table of role ``load_search``): each config's latency bounds against load, the
+  SLO lines, the answer;
 * GPU telemetry: per config, power, utilisation and SM clock of its servers' GPUs over time, phases shaded.
 """
 
@@ -30,10 +31,9 @@ if TYPE_CHECKING:
     import pandas as pd
     import plotly.graph_objects as go
 
-    from benchflow.kinds import Column, ResultKind
+    from benchflow.kinds import Column, ResultKind, SideTable
     from benchflow.warehouse import Warehouse
 
-SEARCH_TABLE = "serving_search"  # a side table of load-search answers (kinds/serving: SEARCH)
 RUN_TIME = "run time, UTC (its logical date, else its start)"
 VERDICT_COLORS = {"pass": "#2ca02c", "fail": charts.MARK, "undecided": "#ff7f0e"}
 
@@ -61,6 +61,8 @@ def sections(
 ) -> str:
     """Every chart section of a campaign's page for its latest valid run ``run``, then the page's scripts;
     ``href(dag_id, run_id)`` is a run's page in Airflow."""
+    from benchflow import kinds
+
     out = []
     if kind.trends():
         out.append(_section("Trend over runs", trend_figures(warehouse, kind, name, findings, href)))
@@ -74,9 +76,11 @@ def sections(
         figures = measure_figures(warehouse, kind, run, href)
         out.append(_section("Each metric of the latest valid run", figures))
         out.append(_section("Trend of each metric over runs", measure_trend_figures(warehouse, kind, name, href)))
-    if any(side.table == SEARCH_TABLE for side in kind.side_tables):
+    if (searches := kinds.side_table(kind, kinds.LOAD_SEARCH)) is not None:
         out.append(
-            _section("Load search: latency against load, the SLO and the answer", search_figures(warehouse, run))
+            _section(
+                "Load search: latency against load, the SLO and the answer", search_figures(warehouse, searches, run)
+            )
         )
     if any(side.table == "telemetry_samples" for side in kind.side_tables):
         out.append(_section("GPU telemetry of the latest valid run (phases shaded)", telemetry_figures(warehouse, run)))
@@ -322,8 +326,8 @@ def _gap(high: Any, low: Any) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def search_figures(warehouse: Warehouse, run: Any) -> list[str]:
-    frame = queries.search_results(warehouse, run["dag_id"], run["run_id"])
+def search_figures(warehouse: Warehouse, side: SideTable, run: Any) -> list[str]:
+    frame = queries.search_results(warehouse, side, run["dag_id"], run["run_id"])
     out = []
     for r in frame.itertuples(index=False):
         fig, caption = search_chart(r._asdict(), str(run["run_id"]))

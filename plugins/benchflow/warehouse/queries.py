@@ -407,12 +407,13 @@ def measure_history(w: Warehouse, kind: ResultKind, campaign: str) -> pd.DataFra
     )
 
 
-def search_results(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
-    """A run's load searches (``serving_search``), one row per config: the SLO and the trail as JSON text."""
+def search_results(w: Warehouse, side: SideTable, dag_id: str, run_id: str) -> pd.DataFrame:
+    """A run's load searches (``side``: a kind's table of role load_search), one row per config: the SLO and the
+    trail as JSON text."""
     p = w.p
     return w.query(
         "SELECT config, over, range_low, range_high, slo, confidence, precision, reason, pass_load, fail_load, "
-        f"fail_verdict, probes, loads, seconds, goodput_rps, trail FROM serving_search WHERE dag_id = {p} "
+        f"fail_verdict, probes, loads, seconds, goodput_rps, trail FROM {side.table} WHERE dag_id = {p} "
         f"AND run_id = {p} ORDER BY config",
         [dag_id, run_id],
     )

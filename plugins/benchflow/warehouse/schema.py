@@ -9,6 +9,7 @@ pending before it writes; reads never migrate.
 from __future__ import annotations
 
 import hashlib
+import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,7 @@ from benchflow.warehouse import kindsql
 if TYPE_CHECKING:
     from benchflow.warehouse import Warehouse
 
-BASE_VIEWS = ("valid_runs", "latest_valid_runs", "serving_search_answers")
+CREATE_VIEW = re.compile(r"^CREATE\s+VIEW\s+(\w+)", re.IGNORECASE)
 
 
 def statements(script: str) -> list[str]:
@@ -38,6 +39,7 @@ def view_statements() -> tuple[list[str], list[str]]:
     regression check reads as the nightly series.
     """
     creates = statements((SQL_DIR / "views.sql").read_text())
+    base_views = [m[1] for s in creates if (m := CREATE_VIEW.match(s))]  # views.sql's own, in its order
     creates += [kindsql.wide_view(kind) for kind in kinds.all_kinds()]
     samples = [kindsql.samples_select(kind, t.column) for kind in kinds.all_kinds() for t in kind.trend]
     samples += [
@@ -62,7 +64,7 @@ def view_statements() -> tuple[list[str], list[str]]:
         "case_summary",
         "metric_samples",
         *(k.wide_view for k in kinds.all_kinds()),
-        *reversed(BASE_VIEWS),
+        *reversed(base_views),
     ]
     return [f"DROP VIEW IF EXISTS {name}" for name in views], creates
 

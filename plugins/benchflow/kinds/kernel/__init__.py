@@ -7,12 +7,27 @@ from typing import TYPE_CHECKING, Any
 from benchflow.kinds import TELEMETRY_TABLES, Column, ResultKind, Trend, telemetry_columns
 from benchflow.kinds.kernel import table
 from benchflow.params import RUN, SWEEP
-from benchflow.telemetry.columns import KERNEL as KERNEL_TELEMETRY
+from benchflow.telemetry.columns import HOST_LOAD, VALIDITY, ColumnType
 
 if TYPE_CHECKING:
     import pandas as pd
 
 RELATIVE_TOLERANCE = 0.02
+
+# The columns a kernel row gains from the run's telemetry (benchhost.telemetry.summary.kernel_rows)
+TELEMETRY: dict[str, ColumnType] = {
+    "spread_ratio": "float",  # p90 / p10 of the timed calls
+    "energy_window": "text",  # energy_loop | timed
+    "energy_s": "float",  # s
+    "energy_calls": "int",
+    "energy_samples": "int",  # samples inside the window (min over the GPUs)
+    "energy_j": "float",  # J
+    "energy_method": "text",
+    "energy_coverage": "float",  # 0..1
+    "j_per_call": "float",  # J per call
+    **HOST_LOAD,
+    **VALIDITY,
+}
 
 
 def derive(frame: pd.DataFrame) -> pd.DataFrame:
@@ -144,7 +159,7 @@ KIND = ResultKind(
         Column("pct_roofline", "float", "%", digits=1),
         Column("pct_copy_bw", "float", "%", digits=1),
         Column("bound", "text"),
-        *telemetry_columns(KERNEL_TELEMETRY),
+        *telemetry_columns(TELEMETRY),
     ),
     key=("m", "repeat"),
     repeat="repeat",

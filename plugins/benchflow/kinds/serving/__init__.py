@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, field_validator
 
 from benchflow.kinds import (
+    LOAD_SEARCH,
     TELEMETRY_TABLES,
     BenchmarkOptions,
     Column,
@@ -23,8 +24,7 @@ from benchflow.kinds.serving.columns import COLUMNS, METRICS
 from benchflow.kinds.serving.common import INTS
 from benchflow.kinds.serving.search import SearchSpec
 from benchflow.params import SERVER, SWEEP
-from benchflow.telemetry.columns import REQUESTS as REQUEST_TIMES
-from benchflow.telemetry.columns import SERVING as SERVING_TELEMETRY
+from benchflow.telemetry.columns import HOST_LOAD, VALIDITY
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,6 +32,30 @@ if TYPE_CHECKING:
 RELATIVE_TOLERANCE = 0.02
 DURATION_PRINTED_TO = 0.005  # seconds: half the last digit of "Benchmark duration (s):  1.04"
 _INTS = set(INTS)
+
+# The columns a serving row gains from the run's telemetry (benchhost.telemetry.summary.serving_rows)
+TELEMETRY: dict[str, ColumnType] = {
+    "steady_start": "float",  # epoch s
+    "steady_end": "float",
+    "steady_s": "float",  # s
+    "steady_why": "text",
+    "energy_gpus": "text",  # the GPUs counted, e.g. "0,1,2,3"
+    "steady_tokens": "int",  # output tokens produced in the steady state
+    "steady_energy_j": "float",  # J
+    "energy_method": "text",
+    "j_per_token": "float",  # J per output token over the steady state
+    "phase_energy_j": "float",  # J, first request sent → last answered
+    "phase_tokens": "int",
+    "j_per_token_phase": "float",  # J per output token over the whole phase
+    **HOST_LOAD,
+    **VALIDITY,
+}
+# The times a request row gains (the sweep driver's requests.jsonl)
+REQUEST_TIMES: dict[str, ColumnType] = {
+    "start_s": "float",  # epoch s, request sent
+    "first_token_s": "float",  # epoch s, first token (null: failed)
+    "end_s": "float",  # epoch s, last token (null: failed)
+}
 
 
 def derive(frame: pd.DataFrame) -> pd.DataFrame:
@@ -305,6 +329,7 @@ SEARCH = SideTable(
     ),
     file="search.jsonl",
     prepare=search_row,
+    role=LOAD_SEARCH,
     trend=(Trend("pass_load", "higher", bracket="fail_load"),),  # the answer: a lower one is a regression
     case=("config",),
     point="search",
@@ -349,7 +374,7 @@ KIND = ResultKind(
     description="serving sweep: one row per config and concurrency, every figure of the client's result",
     formats=(log.FORMAT, sglang_jsonl.FORMAT, vllm_json.FORMAT),
     table="serving_results",
-    columns=(*(_column(name) for name in COLUMNS), *telemetry_columns(SERVING_TELEMETRY)),
+    columns=(*(_column(name) for name in COLUMNS), *telemetry_columns(TELEMETRY)),
     key=("config", "concurrency", "repeat"),
     shown=(
         "config",

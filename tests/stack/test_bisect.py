@@ -1,6 +1,6 @@
 """Bisection end to end: the generated payload repository (16 commits, commit 11 makes the kernel 20 % slower,
-3 % noise per value), the bisect DAG under a real scheduler, triggerer and Celery worker (tests/airflow_stack.py),
-every probe a run of the campaign's own DAG over real SSH to one of two loopback hosts.
+3 % noise per value), the bisect DAG under the stack tier's scheduler, triggerer and Celery worker
+(tests/stack/conftest.py), every probe a run of the campaign's own DAG over real SSH to one of two loopback hosts.
 
 The toy payload's model clock (work at a fixed cost, lognormal noise from a fresh seed each run) keeps the
 answer independent of how busy this machine is; everything else (deploys from git, leases, the deferred waits,
@@ -11,97 +11,15 @@ from __future__ import annotations
 
 import json
 import math
-import textwrap
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 
 from benchflow.warehouse import Warehouse, queries
-from benchtools.loopback_sshd import LoopbackSSHD
-from benchtools.stack import AirflowStack, campaign_folder
-from tests.conftest import VAR
-from tests.e2e.conftest import campaign_dags, run_dag
-from tests.payload_repo import PayloadRepo, make_payload_repo
+from benchtools.stack import AirflowStack
+from tests.stack.conftest import CASE, METRIC, REPEATS
 
-pytestmark = pytest.mark.e2e
-
-REPEATS = 5
-CASE, METRIC = "m=64", "us_per_token"
-
-
-def toy_spec(repo: Path, hosts: list[str]) -> str:
-    return textwrap.dedent(
-        f"""\
-        description: the toy kernel of a generated git repository
-        kind: kernel
-        host: {hosts[0]}
-        hosts: {json.dumps(hosts)}
-        payload: {{repo: {repo}, ref: main, path: kernels/toy}}
-        schedule: null
-        telemetry: {{enabled: false}}
-        benchmark:
-          script: bench_toy.py
-          args: {{m_list: [1, 64], iters: 1, clock: model, noise: 0.03}}
-        timeouts:
-          benchmark: 120
-          poke_interval: 1
-          host_poke_interval: 2
-        """
-    )
-
-
-# -- one campaign run from git, with dag.test() -------------------------------------------------------
-
-
-def test_a_git_payload_run_ships_the_ref_it_is_given_and_records_the_commit(tmp_path, airflow_db, sshd, var_dir):
-    repo = make_payload_repo(tmp_path / "toy.git")
-    spec = toy_spec(repo.path, ["gpu_loopback"])
-    with campaign_dags(tmp_path / "campaigns", {"toy_git": spec}) as bag:
-        dag = bag.get_dag("bench_toy_git")
-        assert dag.params["payload_ref"] == "main" and "host" not in dag.params
-        run_id, state, tasks = run_dag(bag, "toy_git", {"payload_ref": "c11", "m_list": [64, 64, 64]})
-    assert state == "success", tasks
-    warehouse = Warehouse.from_airflow(read_only=True)
-    record = queries.run_record(warehouse, "bench_toy_git", run_id).iloc[0]
-    assert record["payload_commit"] == repo.commit(11) and record["payload_ref"] == "c11"
-    rows = warehouse.query("SELECT m, repeat, note FROM kernel_results WHERE run_id = ? ORDER BY repeat", [run_id])
-    assert rows.to_dict("records") == [{"m": 64, "repeat": r, "note": "commit=11"} for r in (1, 2, 3)]
-    samples = queries.probe_samples(warehouse, "bench_toy_git", run_id, CASE, METRIC)
-    assert len(samples) == 3 and set(samples["payload_commit"]) == {repo.commit(11)}
-
-
-# -- the bisect DAG under the scheduler ----------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def repos(tmp_path_factory) -> dict[str, PayloadRepo]:
-    root = tmp_path_factory.mktemp("bisect-repos")
-    return {
-        "toy_bisect": make_payload_repo(root / "slow.git"),
-        "toy_noise": make_payload_repo(root / "same.git", slowdown=1.0),
-    }
-
-
-@pytest.fixture(scope="module")
-def stack(repos):
-    root = VAR / "bisect-stack"
-    hosts = {name: LoopbackSSHD(root / f"sshd-{name}").start() for name in ("gpu_a", "gpu_b")}
-    specs = {
-        "toy_bisect": toy_spec(repos["toy_bisect"].path, ["gpu_a", "gpu_b"]),
-        "toy_noise": toy_spec(repos["toy_noise"].path, ["gpu_a", "gpu_b"]),
-    }
-    campaigns, kernels = campaign_folder(root, specs, {})
-    kernels.mkdir(parents=True, exist_ok=True)
-    airflow = AirflowStack(root, campaigns, kernels, {name: h.connection() for name, h in hosts.items()})
-    try:
-        airflow.start()
-        airflow.wait_for_dags(["bench_bisect", "bench_toy_bisect", "bench_toy_noise"])
-        yield airflow
-    finally:
-        airflow.stop()
-        for host in hosts.values():
-            host.stop()
+pytestmark = pytest.mark.stack
 
 
 def bisect(stack: AirflowStack, conf: dict, timeout: float = 1500) -> tuple[str, str]:
