@@ -73,7 +73,7 @@ PYTEST_WORKERS ?= 4
 test: $(STAMP) $(SYSTEM_DEPS) $(HOST_STAMP)
 	@start=$$(date +%s); status=0; \
 	$(MAKE) --no-print-directory lint && \
-	TRITON_INTERPRET=1 $(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadgroup || status=$$?; \
+	TRITON_INTERPRET=1 $(VENV)/bin/pytest -n $(PYTEST_WORKERS) || status=$$?; \
 	echo "make test: $$(( $$(date +%s) - start )) s in all (lint, types and the whole suite), exit $$status"; \
 	exit $$status
 
@@ -81,7 +81,7 @@ test: $(STAMP) $(SYSTEM_DEPS) $(HOST_STAMP)
 check: $(STAMP) $(SYSTEM_DEPS) $(HOST_STAMP)
 	@start=$$(date +%s); status=0; \
 	$(MAKE) --no-print-directory lint && \
-	TRITON_INTERPRET=1 $(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "unit or integration" || status=$$?; \
+	TRITON_INTERPRET=1 $(VENV)/bin/pytest -n $(PYTEST_WORKERS) -m "unit or integration" || status=$$?; \
 	echo "make check: $$(( $$(date +%s) - start )) s in all, exit $$status"; \
 	exit $$status
 

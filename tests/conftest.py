@@ -70,22 +70,40 @@ def tier_of(item: pytest.Item) -> str:
     return tiers[0]
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_itemcollected(item: pytest.Item) -> None:
     """Every test belongs to exactly one tier (its module's ``pytestmark``): selection by marker then selects
-    every test, and a test without a tier is an error, not a test that no run selects.
+    every test, and a test without a tier is an error, not a test that no run selects."""
+    tier_of(item)
 
-    For the parallel run (``--dist loadgroup``): the stack tier is one group (one Airflow stack for all of it),
-    each other module that starts something is a group of its own (its module fixtures run once, in one worker),
-    unit tests go wherever a worker is free; and the groups that take longest are handed out first (stack, e2e,
-    integration, unit), so that no long one starts last."""
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The groups that take longest are handed out first (stack, e2e, integration, unit), so that no long one
+    starts last; the order within a tier stays the files'."""
     order = {tier: n for n, tier in enumerate(("stack", "e2e", "integration", "unit"))}
-    for item in items:
-        tier = tier_of(item)
-        if tier == "stack":
-            item.add_marker(pytest.mark.xdist_group("stack"))
-        elif tier != "unit" and not any(m.name == "xdist_group" for m in item.iter_markers()):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-    items.sort(key=lambda item: order[tier_of(item)])  # stable: the order within a tier is the files'
+    items.sort(key=lambda item: order[tier_of(item)])
+
+
+def group_of(nodeid: str) -> str:
+    """What one worker runs as a unit: the whole stack tier (one Airflow stack for all of it), each other module
+    that starts something (its module fixtures run once), each unit test on its own (wherever a worker is free)."""
+    path = nodeid.split("::")[0]
+    if path.startswith("tests/stack/"):
+        return "stack"
+    if path.startswith(("tests/unit/", "kernels/")):
+        return nodeid
+    return path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """pytest-xdist's scope scheduling over :func:`group_of` (its ``loadgroup`` reads markers through a node
+    attribute pytest 9 no longer has)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return GroupScheduling(config, log)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:

@@ -564,9 +564,11 @@ class LaunchSamplerOperator(HostOperator):
             self.claim(paths, context["run_id"])
             return {"sampler": "attached", "pid": running.pid}
         ready = f"{paths.job_dir}/ready"
-        command = sampler.sampler_command(self.host.python, paths.job_dir, self.period_ms, self.max_bytes, ready)
-        env = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": f"{rundir}/payload"}  # the host core inside the payload
-        launch = jobs.launch_command(paths, f"exec {command}", cwd=rundir, env=env, run_id=context["run_id"])
+        command = sampler.sampler_command(
+            self.host.python, paths.job_dir, self.period_ms, self.max_bytes, ready, payload=f"{rundir}/payload"
+        )
+        env = {"PYTHONUNBUFFERED": "1"}
+        launch = jobs.launch_command(paths, command, cwd=rundir, env=env, run_id=context["run_id"])
         pid = jobs.parse_pid(self.host.check(launch, timeout=60, what="launch the telemetry sampler").stdout)
         if self.host.run(sampler.wait_ready_command(ready, 30), 60).rc != 0:
             self.log.warning("the sampler wrote no samples within 30 s; last lines:\n%s", self.log_tail(paths))

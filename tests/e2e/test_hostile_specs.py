@@ -99,14 +99,14 @@ def test_dagbag_loads_every_other_campaign_and_names_each_hostile_spec(hostile):
 
 
 def test_a_spec_past_its_time_budget_is_an_error_naming_it_and_the_file_still_imports(hostile):
-    """With a budget no spec can meet (a millisecond; the smallest takes several), every campaign spec is "not
-    built" with the budget named, the bomb is still refused for its alias, and the DAG files import."""
-    _, parsed = dagbag(hostile, "0.001")
+    """With a budget no spec can meet (10 µs; reading the smallest file takes longer), every campaign spec is "not
+    built" with the budget named, the bomb is still refused, and the DAG files import."""
+    _, parsed = dagbag(hostile, "0.00001")
     assert set(parsed["dags"]) == {"bench_bisect", "bench_report"}  # the DAG files that hold no campaign
     [error] = parsed["errors"].values()
     for name in ("moe_kernel_local", "serving_local", "slow"):
-        assert f"{name}.yaml:?: <top>: not built: reading and checking it took more than 0.001 s" in error
-    assert "bomb.yaml:2: a1.0: YAML aliases (*name) are not allowed in a campaign spec" in error
+        assert f"{name}.yaml:?: <top>: not built: reading and checking it took more than 1e-05 s" in error
+    assert "bomb.yaml:" in error  # refused too, for whichever comes first: its aliases or its budget
 
 
 def test_bench_validate_refuses_each_hostile_spec_and_returns(hostile):

@@ -24,6 +24,7 @@ from benchflow.paths import host_python
 from benchhost import loadsearch as ls
 from benchtools.net import free_port
 from tests.conftest import PROJECT_ROOT
+from tests.gpu_standin import host_env
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +67,12 @@ def sweep(url: str, out: Path, search: dict, label: str = "tiny") -> subprocess.
     command = [host_python(), str(SERVING / "sweep.py"), "--label", label, "--base-url", url, "--client", "sglang"]
     command += ["--input-len", "16", "--output-len", str(OUTPUT_LEN), "--out", str(out / "results.jsonl")]
     return subprocess.run(
-        [*command, "--search", json.dumps(search)], capture_output=True, text=True, timeout=540, check=False
+        [*command, "--search", json.dumps(search)],
+        env=host_env(),
+        capture_output=True,
+        text=True,
+        timeout=540,
+        check=False,
     )
 
 

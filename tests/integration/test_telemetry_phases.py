@@ -122,11 +122,30 @@ def start_sampler(out: Path, environ: dict[str, str]) -> subprocess.Popen[bytes]
     return subprocess.Popen(command, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def last_row_of(out: Path, gpu: int) -> tuple[float, int]:
+    """(t, clock_reasons) of the newest sample of GPU ``gpu`` in a sampler's samples.csv ((0, 0) before any)."""
+    rows = files.read_samples((out / "samples.csv").read_text()) if (out / "samples.csv").exists() else []
+    mine = [r for r in rows if r.index == gpu]
+    return (mine[-1].t, mine[-1].clock_reasons or 0) if mine else (0.0, 0)
+
+
+def unthrottled_after(out: Path, when: float):
+    """A condition: the sampler writing ``out`` has a sample of GPU 2 after ``when``, not throttled."""
+
+    def holds() -> bool:
+        t, reasons = last_row_of(out, 2)
+        return t > when and not reasons & 0x8
+
+    return holds
+
+
 @pytest.fixture(scope="module")
 def pd_sweep(tmp_path_factory):
-    """A sweep labelled ``pd`` (prefill GPUs 0-1, decode 2-3 of four stand-in GPUs: GPU 1 idle, GPU 2 throttled
-    from 0.5 s to 2 s after the start, inside the first phase) run by the real SGLang client against the tiny
-    server, sampled through NVML and through nvidia-smi at once."""
+    """A sweep labelled ``pd`` (prefill GPUs 0-1, decode 2-3 of four stand-in GPUs: GPU 1 idle, GPU 2 throttled in
+    the first phase and not in the second) run by the real SGLang client against the tiny server, sampled through
+    NVML and through nvidia-smi at once. The two phases are two runs of the sweep driver, appending to the same
+    files: between them the scenario drops GPU 2's throttle, and the second starts once both samplers report it
+    (a condition, not a clock: the stand-ins read the scenario again when it changes)."""
     tmp_path = tmp_path_factory.mktemp("pd_sweep")
     run, payload = tmp_path / "run", tmp_path / "run" / "payload"
     payload.mkdir(parents=True)
@@ -138,33 +157,49 @@ def pd_sweep(tmp_path_factory):
         stderr=subprocess.STDOUT,
     )
     samplers: list[subprocess.Popen[bytes]] = []
+    scenario = tmp_path / "scenario.json"
     try:
         wait_for(lambda: healthy(port), 120, "the tiny server")
-        throttle = {"from_s": 0.5, "to_s": 2.0, "reasons": 0x8, "sm_mhz": 1100, "power_w": 280.0}
+        throttle = {"from_s": 0.0, "to_s": 1e9, "reasons": 0x8, "sm_mhz": 1100, "power_w": 280.0}
         gpus = [{}, {"busy": False}, {"throttle": [throttle], "power_w": 520.0}, {"power_w": 500.0, "swing_w": 60.0}]
-        cfg = write_scenario(tmp_path / "scenario.json", count=4, gpus=gpus)
+        first = write_scenario(scenario, count=4, gpus=gpus)
         for source in ("nvml", "smi"):
-            samplers.append(
-                start_sampler(run / f"tel_{source}", env(tmp_path / "scenario.json", nvml=source == "nvml"))
-            )
+            samplers.append(start_sampler(run / f"tel_{source}", env(scenario, nvml=source == "nvml")))
         wait_for(lambda: all((run / f"tel_{s}" / "ready").exists() for s in ("nvml", "smi")), 60, "first samples")
         sweep = [python(), str(SERVING / "sweep.py"), "--label", "pd", "--base-url", f"http://127.0.0.1:{port}"]
-        sweep += ["--client", "sglang", "--concurrency", "1,4", "--prompts", "4,16", "--input-len", "16"]
-        sweep += ["--output-len", "16", "--out", str(run / "results.jsonl")]
-        done = subprocess.run(
-            sweep, cwd=payload, env=host_env(HF_HUB_OFFLINE="1"), capture_output=True, text=True, timeout=600
+        sweep += ["--client", "sglang", "--input-len", "16", "--output-len", "16", "--out", str(run / "results.jsonl")]
+        done = [run_sweep([*sweep, "--concurrency", "1", "--prompts", "4"], payload)]
+        gpus[2]["throttle"] = []
+        changed = time.time()
+        cfg = write_scenario(scenario, start=first["start"], count=4, gpus=gpus)
+        for source in ("nvml", "smi"):
+            wait_for(unthrottled_after(run / f"tel_{source}", changed), 60, f"{source} samples of GPU 2 unthrottled")
+        done.append(run_sweep([*sweep, "--concurrency", "4", "--prompts", "16"], payload))
+        ended = time.time()
+        for source in ("nvml", "smi"):
+            wait_for(unthrottled_after(run / f"tel_{source}", ended + 0.2), 30, f"{source} samples past the end")
+        yield (
+            run,
+            cfg,
+            subprocess.CompletedProcess(
+                sweep, max(d.returncode for d in done), "".join(d.stdout for d in done), "".join(d.stderr for d in done)
+            ),
         )
-        time.sleep(0.3)  # a few samples past the end
-        yield run, cfg, done
     finally:
         for proc in [*samplers, server]:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
 
 
+def run_sweep(command: list[str], payload: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        command, cwd=payload, env=host_env(HF_HUB_OFFLINE="1"), capture_output=True, text=True, timeout=600
+    )
+
+
 def test_sweep_phases_and_request_times_with_the_real_sglang_client(pd_sweep):
     run, _, done = pd_sweep
-    assert done.returncode == 0 and done.stdout.rstrip().endswith("ALL_DONE"), done.stdout[-3000:] + done.stderr
+    assert done.returncode == 0 and done.stdout.count("ALL_DONE") == 2, done.stdout[-3000:] + done.stderr
     phases = jsonl(run / "phases.jsonl")
     assert [(p["config"], p["concurrency"], p["repeat"], p["warmup"], p["num_prompts"], p["ok"]) for p in phases] == [
         ("pd", 1, 1, False, 4, True),

@@ -280,6 +280,13 @@ def test_the_packages_import_one_way_without_circles_or_file_paths():
     assert not loading, "modules loaded by path or through sys.path:\n" + "\n".join(loading)
 
 
+def test_every_folder_of_the_packages_is_a_package():
+    """A folder without ``__init__.py`` imports as a namespace package: it works here and fails on an install."""
+    folders = {path.parent for root in PACKAGES.values() for path in root.rglob("*.py")}
+    assert len(folders) > 10
+    assert sorted(str(f.relative_to(PROJECT_ROOT)) for f in folders if not (f / "__init__.py").exists()) == []
+
+
 def test_bench_scripts_import_nothing_from_the_tests():
     hits = [
         f"{path.name}:{line}: {name}"

@@ -22,9 +22,12 @@ def sampler_command(
     period_ms: int = 200,
     max_bytes: int = DEFAULT_MAX_BYTES,
     marker_file: str | None = None,
+    payload: str | None = None,
 ) -> str:
-    """``python -m benchhost.sampler --out DIR --period-ms N --max-bytes N [--marker-file F]``, every word quoted
-    (run where the host core is importable: the payload's folder on ``PYTHONPATH``)."""
+    """``python -m benchhost.sampler --out DIR --period-ms N --max-bytes N [--marker-file F]``, every word quoted.
+    With ``payload`` (the deployed payload's folder, which holds the host core), that folder goes first on the
+    sampler's ``PYTHONPATH``, before whatever the host's environment had there (the path of its NVML binding, say),
+    and the shell is replaced by the sampler (``exec``)."""
     if isinstance(period_ms, bool) or not isinstance(period_ms, int) or not MIN_PERIOD_MS <= period_ms <= MAX_PERIOD_MS:
         raise ValueError(f"period_ms must be an integer in {MIN_PERIOD_MS}..{MAX_PERIOD_MS}, got {period_ms!r}")
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1024:
@@ -33,7 +36,10 @@ def sampler_command(
     words += ["--period-ms", str(period_ms), "--max-bytes", str(max_bytes)]
     if marker_file is not None:
         words += ["--marker-file", _path(marker_file, "marker_file")]
-    return " ".join(words)
+    if payload is None:
+        return " ".join(words)
+    path = _path(payload, "payload") + '${PYTHONPATH:+:"$PYTHONPATH"}'
+    return f"PYTHONPATH={path}; export PYTHONPATH; exec " + " ".join(words)
 
 
 def wait_ready_command(marker_file: str, timeout_s: float = 30.0) -> str:
