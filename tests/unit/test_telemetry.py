@@ -469,7 +469,8 @@ def test_sampler_command_quotes_every_word_and_refuses_bad_values():
         host.sampler_command("py", "/r\nreboot")
     assert "test -e /r/ready && exit 0" in host.wait_ready_command("/r/ready", 2)
     found = host.sampler_command("py", "/r", payload="/run/x y/payload")
-    assert found.startswith("PYTHONPATH='/run/x y/payload'${PYTHONPATH:+:\"$PYTHONPATH\"}; export PYTHONPATH; exec py -m")
+    prefix = "PYTHONPATH='/run/x y/payload'${PYTHONPATH:+:\"$PYTHONPATH\"}; export PYTHONPATH; exec py -m"
+    assert found.startswith(prefix)
     assert "$(seq 10)" in host.wait_ready_command("/r", 1)
 
 
