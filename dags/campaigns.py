@@ -5,17 +5,22 @@ no pandas, torch or GX import. Every spec is built on its own: one that fails va
 it get that far, fails to build) is left out and logged with its file, line and field, and every
 other campaign still loads. ``dags/campaign_errors.py`` shows the rejected specs as an import error in
 the Airflow UI; ``bench validate`` reports the same before deployment.
+
+A worker that parses this file to run one task (Airflow's parsing context names the DAG) builds that
+campaign's DAG alone: a fleet of many campaigns costs each task one spec, not all of them.
 """
 
 from __future__ import annotations
 
 import logging
 
+from airflow.sdk import get_parsing_context
+
 from benchflow.factory import build_all
 
 log = logging.getLogger(__name__)
 
-_dags, _errors = build_all()
+_dags, _errors = build_all(only_dag=get_parsing_context().dag_id)
 for _error in _errors:
     log.error("campaign spec rejected, no DAG built:\n%s", _error)
 for _dag in _dags:

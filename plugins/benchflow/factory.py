@@ -66,7 +66,9 @@ def _seconds(value: float) -> timedelta:
 FILE_RESERVE_S = 3.0  # of the DAG file's import timeout, left for what comes after the builds
 
 
-def build_all(build: bool = True, register: bool = True) -> tuple[list[DAG], list[SpecError]]:
+def build_all(
+    build: bool = True, register: bool = True, only_dag: str | None = None
+) -> tuple[list[DAG], list[SpecError]]:
     """Every spec of the campaigns folder, each on its own and within its own time budget (``SpecLimits.seconds``
     to read, check and build it): the DAGs of the good ones (when ``build``) and the errors of the others. Two
     specs may not share a DAG id (``x.yaml`` and ``x.yml``, say). ``register=False`` builds DAGs that the file
@@ -75,13 +77,18 @@ def build_all(build: bool = True, register: bool = True) -> tuple[list[DAG], lis
     Within Airflow's import timeout of the DAG file no spec's budget reaches past :data:`FILE_RESERVE_S` before
     its end; once the specs before have used that much, the others are not built but errors naming the reason
     (``dags/campaign_errors.py`` does the same work, so it lists them), and the file still imports with what was
-    built rather than losing every campaign to the timeout."""
+    built rather than losing every campaign to the timeout.
+
+    ``only_dag``: the one DAG a worker parses the file for, to run one of its tasks (Airflow's parsing context):
+    only its spec is read and built, not every campaign's."""
     import gc
 
     from benchflow.deadline import outer_seconds_left
-    from benchflow.spec import LIMITS, FieldError, SpecError, spec_paths
+    from benchflow.spec import DAG_PREFIX, LIMITS, FieldError, SpecError, spec_paths
 
     paths, errors = spec_paths()
+    if only_dag is not None:
+        paths, errors = [p for p in paths if DAG_PREFIX + p.stem == only_dag], []
     warm_up()
     dags: list[DAG] = []
     # Thousands of operators are made here and none is garbage: the cyclic collector's passes over them cost a

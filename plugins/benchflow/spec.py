@@ -57,6 +57,7 @@ class SpecLimits:
 
 
 LIMITS = SpecLimits()
+DAG_PREFIX = "bench_"  # a campaign's DAG id is this and the spec's name (its file's stem)
 
 
 # An identifier that is safe as a DAG id part, a path component and a shell word.
@@ -422,7 +423,7 @@ class CampaignSpec(_Model):
 
     @property
     def dag_id(self) -> str:
-        return f"bench_{self.name}"
+        return DAG_PREFIX + self.name
 
     def lease_seconds(self) -> float:
         """How long a run may hold its host: every stage at its timeout, the GPU wait included."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -52,6 +53,29 @@ def parsed():
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_a_worker_parsing_for_one_campaigns_task_builds_that_campaign_alone(tmp_path):
+    """Airflow's parsing context names the DAG a task runner parses the file for: the campaigns file builds its
+    spec alone (not every campaign's), a broken spec beside it costs nothing, and the errors file reports none."""
+    folder = tmp_path / "campaigns"
+    folder.mkdir()
+    for name in ("moe_kernel_local", "serving_local"):
+        (folder / f"{name}.yaml").write_text((PROJECT_ROOT / "include" / "campaigns" / f"{name}.yaml").read_text())
+    (folder / "broken.yaml").write_text("kind: [\n")
+    env = {**os.environ, "BENCH_CAMPAIGNS_DIR": str(folder), "_AIRFLOW_PARSING_CONTEXT_DAG_ID": "bench_serving_local"}
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, str(PROJECT_ROOT / "dags")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=PROJECT_ROOT,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(found["dags"]) == {"bench_serving_local", "bench_report", "bench_bisect"}
+    assert found["errors"] == {}  # the broken spec is not this task's: not read
 
 
 def test_no_import_errors(parsed):

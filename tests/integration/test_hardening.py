@@ -178,5 +178,5 @@ def test_the_bench_warehouse_connection_with_each_documented_extra(extras, tmp_p
 
 def test_a_warehouse_connection_of_another_type_is_refused(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_BENCH_WAREHOUSE", json.dumps({"conn_type": "mysql", "host": "x"}))
-    with pytest.raises(ValueError, match="has type 'mysql'; use 'postgres' or 'duckdb'"):
+    with pytest.raises(ValueError, match="has type 'mysql'; use one of 'duckdb', 'postgres', 'postgresql'"):
         Warehouse.from_airflow()

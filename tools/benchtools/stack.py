@@ -346,7 +346,7 @@ class AirflowStack:
         """A call of the REST API (``/api/v2`` + ``path``) as the admin; the ``requests`` response."""
         import requests
 
-        headers = {"Authorization": f"Bearer {self.token}"}
+        headers = {"Authorization": f"Bearer {self.token}", **kwargs.pop("headers", {})}
         return requests.request(method, f"{self.url}/api/v2{path}", headers=headers, timeout=60, **kwargs)
 
     def wait_for_dags(self, dag_ids: list[str], timeout: float = 240) -> None:
@@ -382,6 +382,18 @@ class AirflowStack:
                 return states
             time.sleep(1)
         raise TimeoutError(f"runs not finished after {timeout:.0f} s: {states}")
+
+    def failures(self, runs: list[tuple[str, str]], chars: int = 3000) -> str:
+        """The tasks that failed in ``runs``, each with the end of its log (what a failed wait should show)."""
+        parts = []
+        for dag_id, run_id in runs:
+            for task_id, ti in self.task_instances(dag_id, run_id).items():
+                if ti["state"] not in ("failed", "upstream_failed"):
+                    continue
+                path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{max(1, ti['try_number'])}"
+                reply = self.api("GET", path, params={"full_content": "true"}, headers={"Accept": "text/plain"})
+                parts.append(f"{dag_id} {run_id} {task_id}: {ti['state']}\n{reply.text[-chars:]}")
+        return "\n\n".join(parts) or "(no failed task)"
 
     def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
         reply = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 100})

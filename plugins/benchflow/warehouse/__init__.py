@@ -99,21 +99,14 @@ class Warehouse:
 
     @classmethod
     def _from_connection(cls, conn: Any, read_only: bool) -> Warehouse:
-        from benchflow.warehouse.hooks import DuckDBHook, WarehousePostgresHook
+        from benchflow.warehouse.hooks import BACKENDS
 
-        hook: WarehouseHook
-        if conn.conn_type in ("postgres", "postgresql"):
-            hook = WarehousePostgresHook(postgres_conn_id=conn.conn_id, read_only=read_only, log_sql=False)
-            hook.use(conn)
-            schema = hook.search_path
-            where = f"postgres:{conn.host}:{conn.port or 5432}/{conn.schema}"
-            where += f" (schema {schema})" if schema else ""
-            return cls(hook, where)
-        if conn.conn_type == "duckdb":
-            hook = DuckDBHook(duckdb_conn_id=conn.conn_id, read_only=read_only, log_sql=False)
-            hook._connection = conn
-            return cls(hook, str(hook.snapshot_path() if read_only else hook.database_path()))
-        raise ValueError(f"connection {conn.conn_id!r} has type {conn.conn_type!r}; use 'postgres' or 'duckdb'")
+        backend = BACKENDS.get(conn.conn_type)
+        if backend is None:
+            known = ", ".join(repr(t) for t in sorted(BACKENDS))
+            raise ValueError(f"connection {conn.conn_id!r} has type {conn.conn_type!r}; use one of {known}")
+        hook, where = backend.for_connection(conn, read_only)
+        return cls(hook, where)
 
     @classmethod
     def at(cls, path: Path | str, read_only: bool = False) -> Warehouse:

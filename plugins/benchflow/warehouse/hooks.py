@@ -1,6 +1,7 @@
 """The warehouse's backends, as Airflow ``DbApiHook``s: PostgreSQL (the provider's ``PostgresHook``) and a
 DuckDB hook of the same shape. Each knows its placeholder, how to open a transaction and how to bulk-load a
-DataFrame; nothing else in the project branches on the backend. A new backend is one hook here."""
+DataFrame; nothing else in the project branches on the backend. A new backend is one hook class here, with its
+``for_connection``, and its connection type in :data:`BACKENDS`."""
 
 from __future__ import annotations
 
@@ -129,6 +130,13 @@ class DuckDBHook(DbApiHook):
         self.lock_wait_s = lock_wait_s
         self.statement_timeout_s: float | None = None
 
+    @classmethod
+    def for_connection(cls, conn: Any, read_only: bool) -> tuple[DuckDBHook, str]:
+        """The hook of an Airflow connection of this type, and where it reads (the snapshot) or writes."""
+        hook = cls(duckdb_conn_id=conn.conn_id, read_only=read_only, log_sql=False)
+        hook._connection = conn
+        return hook, str(hook.snapshot_path() if read_only else hook.database_path())
+
     @property
     def placeholder(self) -> str:
         return self._placeholder
@@ -239,6 +247,14 @@ class WarehousePostgresHook(PostgresHook):
         self._search_path: str | None = None
         self._base_options = self.options
 
+    @classmethod
+    def for_connection(cls, conn: Any, read_only: bool) -> tuple[WarehousePostgresHook, str]:
+        """The hook of an Airflow connection of this type, and where it reads and writes."""
+        hook = cls(postgres_conn_id=conn.conn_id, read_only=read_only, log_sql=False)
+        hook.use(conn)
+        where = f"postgres:{conn.host}:{conn.port or 5432}/{conn.schema}"
+        return hook, where + (f" (schema {hook.search_path})" if hook.search_path else "")
+
     def use(self, connection: Any) -> None:
         """Take this connection (the extra ``search_path`` goes to the session, not to libpq)."""
         value = connection.extra_dejson.get("search_path")
@@ -343,6 +359,14 @@ class WarehousePostgresHook(PostgresHook):
                         copy.write(block)
             cur.execute(f"INSERT INTO {table} (dag_id, run_id, {cols}) SELECT %s, %s, {cols} FROM {staging}", key)
             cur.execute(f"DROP TABLE {staging}")
+
+
+# Connection type → the hook of that backend: adding a backend is one hook class above and one line here.
+BACKENDS: dict[str, Any] = {
+    "duckdb": DuckDBHook,
+    "postgres": WarehousePostgresHook,
+    "postgresql": WarehousePostgresHook,
+}
 
 
 def ensure_postgres_database(host: str, port: int, user: str, database: str) -> bool:
