@@ -2,7 +2,7 @@
 
 N loopback SSH hosts (each its own sshd, port, host key and workdir), one campaign per host whose
 payload takes about 60 s, all triggered at once through the REST API of the real stack
-(CeleryExecutor, Redis, PostgreSQL; tests/airflow_stack.py). N = 1, 4, 16, each twice: with the
+(CeleryExecutor, Redis, PostgreSQL; benchtools.stack). N = 1, 4, 16, each twice: with the
 deferrable wait (the triggerer holds it) and with the same sensor in poke mode (a worker slot holds
 it). Both modes run on the same stack, the same hosts and the same worker (``--slots`` Celery slots).
 

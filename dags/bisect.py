@@ -1,7 +1,7 @@
 """The bisect DAG (Airflow): which payload commit made a campaign's case slower.
 
 Triggered with ``{campaign, case, metric, good, bad}`` (the Benchmarks view offers it on every regression,
-pre-filled). Its steps are tasks (the behaviour is :mod:`benchflow.bisection`):
+pre-filled). Its steps are tasks (the behaviour is :mod:`benchflow.bisect_steps`):
 
     start → confirm_plan → confirm_probe[*] → confirm → narrow_1_plan → narrow_1_probe[*] → narrow_1 → … → decide
 
@@ -23,7 +23,7 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import DAG, Param, TriggerRule, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from benchflow.bisection import MAX_ROUNDS, PARAMS, POKE_S
+from benchflow.bisect_steps import MAX_ROUNDS, PARAMS, POKE_S
 
 DAG_ID = "bench_bisect"
 
@@ -35,11 +35,11 @@ def _warehouse() -> Any:
 
 
 def _plan(state: dict[str, Any] | None, **context: Any) -> list[dict[str, Any]]:
-    from benchflow import bisection
+    from benchflow import bisect_steps
 
     if state is None:
         raise AirflowSkipException("no state: an earlier step did not run")
-    planned = bisection.plan(state, context["run_id"])
+    planned = bisect_steps.plan(state, context["run_id"])
     if not planned["probes"]:
         raise AirflowSkipException("nothing left to probe: decide says why")
     for probe in planned["probes"]:
@@ -49,15 +49,15 @@ def _plan(state: dict[str, Any] | None, **context: Any) -> list[dict[str, Any]]:
 
 
 def _record(number: int, **context: Any) -> dict[str, Any]:
-    from benchflow import bisection
+    from benchflow import bisect_steps
 
     ti = context["ti"]
     planned = {
         "state": ti.xcom_pull(task_ids=f"{_prefix(number)}_plan", key="state"),
         "probes": ti.xcom_pull(task_ids=f"{_prefix(number)}_plan"),
     }
-    state = bisection.record(planned, _warehouse(), context["dag"].dag_id, context["run_id"])
-    from benchflow.analysis.bisect import Bisection
+    state = bisect_steps.record(planned, _warehouse(), context["dag"].dag_id, context["run_id"])
+    from benchflow.analysis.bisect_search import Bisection
 
     result = Bisection.from_json(state).result()
     for link in result["chain"]:
@@ -84,11 +84,11 @@ with DAG(
 
     @task
     def start(**context: Any) -> dict[str, Any]:
-        from benchflow import bisection
+        from benchflow import bisect_steps
 
         try:
-            state = bisection.start(dict(context["params"]), _warehouse())
-        except bisection.ConfError as exc:
+            state = bisect_steps.start(dict(context["params"]), _warehouse())
+        except bisect_steps.ConfError as exc:
             raise AirflowFailException(str(exc)) from None
         meta = state["meta"]
         print(f"{meta['campaign']} {meta['case']} {meta['metric']}: {len(state['commits'])} commits after good")
@@ -117,14 +117,14 @@ with DAG(
 
     @task(trigger_rule=TriggerRule.ALL_DONE)
     def decide(**context: Any) -> dict[str, Any]:
-        from benchflow import bisection
+        from benchflow import bisect_steps
 
         ti = context["ti"]
         ids = ["start", *(_prefix(n) for n in range(MAX_ROUNDS + 1))]
         states = [s for s in ti.xcom_pull(task_ids=ids) if s]
         if not states:
             raise AirflowFailException("the bisection never started: see the start task's log")
-        result = bisection.decide(states[-1], _warehouse(), context["dag"].dag_id, context["run_id"])
+        result = bisect_steps.decide(states[-1], _warehouse(), context["dag"].dag_id, context["run_id"])
         print(result["summary"])
         for note in result["notes"]:
             print(f"note: {note}")

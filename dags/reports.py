@@ -24,7 +24,7 @@ with DAG(
     @task
     def render_plots(**context: Any) -> list[str]:
         from benchflow import artifacts
-        from benchflow.analysis import report
+        from benchflow.analysis import plots
         from benchflow.warehouse import Warehouse
 
         warehouse = Warehouse.from_airflow(read_only=True)
@@ -36,8 +36,8 @@ with DAG(
                 if "dag_id" not in extra:
                     continue
                 out = artifacts.store(extra["dag_id"], extra["run_id"]) / artifacts.REPORT_DIR
-                written += report.render(warehouse, extra["dag_id"], extra["run_id"], out)
-                judged = report.verdict_line(warehouse, extra["dag_id"], extra["run_id"])
+                written += plots.render(warehouse, extra["dag_id"], extra["run_id"], out)
+                judged = plots.verdict_line(warehouse, extra["dag_id"], extra["run_id"])
                 print(f"{extra['dag_id']} {extra['run_id']}: verdict: {judged}")
         for path in written:
             print(f"plot: {path}")

@@ -112,8 +112,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     reports = [r for key in ("passed", "failed", "error") for r in terminalreporter.stats.get(key, [])]
     per_tier: dict[str, float] = {}
     for report in reports:
-        tier = next((k for k in report.keywords if k in TIERS), "other")
-        per_tier[tier] = per_tier.get(tier, 0.0) + report.duration
+        tier = next((k for k in getattr(report, "keywords", {}) if k in TIERS), "other")
+        per_tier[tier] = per_tier.get(tier, 0.0) + getattr(report, "duration", 0.0)
     if not per_tier:
         return
     started = getattr(getattr(terminalreporter, "_session_start", None), "time", None)

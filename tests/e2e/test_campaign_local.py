@@ -140,14 +140,14 @@ def test_healthy_campaign_loads_validated_rows_matching_the_jsonl(campaigns, var
     from airflow.utils.session import create_session
 
     from benchflow import artifacts
-    from benchflow.analysis import report
+    from benchflow.analysis import plots
 
     with create_session() as session:
         extras = [e.extra for e in session.query(AssetEvent).filter(AssetEvent.source_run_id == run_id)]
     assert extras == [{"dag_id": "bench_e2e_moe", "run_id": run_id, "campaign": "e2e_moe"}]
     out = artifacts.store("bench_e2e_moe", run_id) / artifacts.REPORT_DIR
-    plots = report.render(Warehouse.from_airflow(read_only=True), "bench_e2e_moe", run_id, out)
-    assert {p.name for p in plots} == {"us_per_token_vs_m.png", "gbps_vs_roofline.png", "nightly_trend.png"}
+    drawn = plots.render(Warehouse.from_airflow(read_only=True), "bench_e2e_moe", run_id, out)
+    assert {p.name for p in drawn} == {"us_per_token_vs_m.png", "gbps_vs_roofline.png", "nightly_trend.png"}
 
     # Rerun the load task of the same run, as `airflow tasks test` does after a clear: no new rows.
     env = {**os.environ}

@@ -90,7 +90,7 @@ def test_every_spec_yields_a_dag_and_the_report_dag_exists(parsed):
 
 
 def test_the_bisect_dag_has_its_steps_as_tasks(parsed):
-    from benchflow.bisection import MAX_ROUNDS
+    from benchflow.bisect_steps import MAX_ROUNDS
 
     rounds = [f"narrow_{n}" for n in range(1, MAX_ROUNDS + 1)]
     steps = {"start", "decide"} | {f"{p}{s}" for p in ["confirm", *rounds] for s in ("", "_plan", "_probe")}

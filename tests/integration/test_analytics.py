@@ -217,21 +217,21 @@ def test_the_three_analyst_questions_from_the_docs(warehouse):
 
 
 def test_report_draws_sweep_and_trend_with_regressions(warehouse, tmp_path):
-    from benchflow.analysis import report
+    from benchflow.analysis import plots
 
     tonight = fill_history(warehouse, tonight_scale=0.9)
     detect(warehouse, tonight.dag_id, tonight.run_id, RegressionLimits())
-    files = report.render(warehouse, tonight.dag_id, tonight.run_id, store(tmp_path, "plots"))
+    files = plots.render(warehouse, tonight.dag_id, tonight.run_id, store(tmp_path, "plots"))
     assert sorted(p.name for p in files) == ["nightly_trend.png", "us_per_token_vs_m.png"]
     for path in files:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
 
     serving = night_run("serving_pd", 0)
     warehouse.load(serving, SERVING, [serving_row("pd", c, 100.0 * c) for c in (1, 8, 16)])
-    files = report.render(warehouse, serving.dag_id, serving.run_id, store(tmp_path, "serving"))
+    files = plots.render(warehouse, serving.dag_id, serving.run_id, store(tmp_path, "serving"))
     names = ["configs_with_intervals.png", "nightly_trend.png", "serving_vs_concurrency.png"]
     assert sorted(p.name for p in files) == names
-    assert report.render(warehouse, "bench_nope", "nope", store(tmp_path, "none")) == []
+    assert plots.render(warehouse, "bench_nope", "nope", store(tmp_path, "none")) == []
 
 
 def test_thresholds_per_gpu_model_and_the_notify_hook(warehouse, tmp_path, monkeypatch):

@@ -12,8 +12,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from fastapi.testclient import TestClient
 
-from benchflow import bisection as steps
-from benchflow.analysis.bisect import Bisection
+from benchflow import bisect_steps as steps
+from benchflow.analysis.bisect_search import Bisection
 from benchflow.kinds.kernel import KIND as KERNEL
 from benchflow.spec import RegressionLimits
 from benchflow.ui import app

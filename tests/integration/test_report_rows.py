@@ -17,7 +17,7 @@ from benchtools.runner.watch import Watch
 
 pytestmark = pytest.mark.integration
 KERNEL = kinds.get("kernel")
-report = importlib.import_module("benchtools.runner.report")  # the module (the package exports its function)
+report = importlib.import_module("benchtools.runner.outcome")  # the module (the package exports its function)
 
 
 def test_a_run_with_many_rows_prints_the_first_and_counts_the_rest(tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 
-from benchflow.analysis.bisect import Bisection, Budget, classify, confirm, split_points
+from benchflow.analysis.bisect_search import Bisection, Budget, classify, confirm, split_points
 
 pytestmark = pytest.mark.unit
 

@@ -19,7 +19,7 @@ import pytest
 from benchflow.kinds import parse_text
 from benchflow.kinds.serving.common import COLUMNS, INTS
 from benchflow.kinds.serving.labels import LABELS_FILE, PREAMBLE, read_table
-from benchflow.kinds.serving.log import MIN_HEADLESS
+from benchflow.kinds.serving.text_output import MIN_HEADLESS
 
 pytestmark = pytest.mark.unit
 

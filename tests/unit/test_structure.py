@@ -332,7 +332,7 @@ def test_the_checks_find_what_they_look_for(tmp_path):
     """Each check catches a planted violation (and the graph finds a planted circle)."""
     planted = tmp_path / "planted.py"
     planted.write_text(
-        "import sys\nfrom benchflow.kinds.serving import log\nKIND = 'kernel'\nQ = 'SELECT x FROM runs'\n"
+        "import sys\nfrom benchflow.kinds.serving import text_output\nKIND = 'kernel'\nQ = 'SELECT x FROM runs'\n"
         "T = 'FROM serving_requests WHERE'\nSERVING_COLUMNS = {}\nsys.path.insert(0, 'x')\n"
         "def f():\n" + "    x = 1\n" * MAX_LINES + "    return x\n"
     )
@@ -355,8 +355,8 @@ def test_the_checks_find_what_they_look_for(tmp_path):
 
 
 def test_airflow_loads_only_the_ui_plugin_from_the_plugins_folder():
-    """Airflow imports every .py file of its plugins folder as a top-level module named after the file: the
-    library's ``analysis/bisect.py`` would become ``bisect`` and shadow the standard library's for every later
+    """Airflow imports every .py file of its plugins folder as a top-level module named after the file: a library
+    module named like one of the standard library's (``bisect.py``, ``json.py``) would shadow it for every later
     import (GX's markdown renderer among them). ``plugins/.airflowignore`` keeps the package out of that walk."""
     from airflow._shared.plugins_manager.plugins_manager import _load_plugins_from_plugin_directory
 

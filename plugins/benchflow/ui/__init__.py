@@ -40,7 +40,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
-from benchflow.ui import bisections, charts, pages
+from benchflow.ui import bisection_pages, charts, pages
 
 WORKERS = 4  # threads that read the warehouse for the view: a hung warehouse holds these, nothing else
 QUEUED = 8  # requests that may wait for a thread (within their time); past that, a 503 at once
@@ -199,10 +199,10 @@ async def campaign(campaign: str, viewer: SignedIn) -> HTMLResponse:
 @app.get("/bisections", response_class=HTMLResponse)
 async def all_bisections(viewer: SignedIn) -> HTMLResponse:
     def work() -> HTMLResponse:
-        if not viewer.may_read(bisections.BISECT_DAG, runs=True):
-            return _page("Bisections", pages.forbidden(f"read the runs of {bisections.BISECT_DAG}"), status=403)
+        if not viewer.may_read(bisection_pages.BISECT_DAG, runs=True):
+            return _page("Bisections", pages.forbidden(f"read the runs of {bisection_pages.BISECT_DAG}"), status=403)
         body = '<p class="muted"><a href="./">All campaigns</a></p><h1>Bisections</h1>'
-        return _page("Bisections", body + bisections.listing(_warehouse()))
+        return _page("Bisections", body + bisection_pages.listing(_warehouse()))
 
     return await _render(work, "Bisections")
 
@@ -216,7 +216,7 @@ async def bisection(dag_id: str, run_id: str, viewer: SignedIn) -> HTMLResponse:
         if not viewer.may_read(dag_id, runs=True):
             return _page(run_id, pages.forbidden(f"read the runs of {dag_id}"), status=403)
         try:
-            body = bisections.detail(_warehouse(), dag_id, run_id)
+            body = bisection_pages.detail(_warehouse(), dag_id, run_id)
         except KeyError:
             return _page(run_id, f"<p>No bisection <b>{escape(pages.clip(run_id))}</b> in the warehouse.</p>", 404)
         return _page(f"bisection {run_id}: Benchmarks", body)

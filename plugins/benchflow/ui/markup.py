@@ -1,4 +1,4 @@
-"""The HTML pieces the Benchmarks view's pages share (:mod:`benchflow.ui.pages`, :mod:`benchflow.ui.bisections`,
+"""The HTML pieces the Benchmarks view's pages share (:mod:`benchflow.ui.pages`, :mod:`benchflow.ui.bisection_pages`,
 :mod:`benchflow.ui.charts_pages`): a frame as a table, and the link to a DAG run's page in Airflow."""
 
 from __future__ import annotations

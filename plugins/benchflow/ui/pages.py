@@ -8,7 +8,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from benchflow.ui import bisections, charts_pages
+from benchflow.ui import bisection_pages, charts_pages
 from benchflow.ui.markup import run_href, table
 from benchflow.warehouse import queries
 
@@ -219,14 +219,14 @@ def campaign(warehouse: Warehouse, name: str) -> str:
         rank.sort(key=lambda i: str(findings["night"].iloc[i]), reverse=True)  # newest night first, stable
         findings = findings.iloc[rank].reset_index(drop=True)
         findings["relative_change"] = findings["relative_change"].map(lambda v: f"{100 * v:+.1f}%")
-        findings, bisect_href = bisections.with_bisect(warehouse, name, findings)
+        findings, bisect_href = bisection_pages.with_bisect(warehouse, name, findings)
         links = {"run_id": lambda r: run_href(r.dag_id, r.run_id), "bisect": bisect_href}
         out.append(table(findings, links=links, total=queries.finding_count(warehouse, name)))
     elif run.get("verdict") in ("fine", "regressed"):
         out.append(f'<p class="ok">none found in any run (the latest: {verdict(run)})</p>')
     else:
         out.append(f'<p class="unjudged">none recorded; the latest valid run was {verdict(run)}</p>')
-    out.append(f"<h2>Bisections</h2>{bisections.listing(warehouse, name, prefix='../')}")
+    out.append(f"<h2>Bisections</h2>{bisection_pages.listing(warehouse, name, prefix='../')}")
     return "".join(out)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from benchtools.runner import metadata
-from benchtools.runner.report import report
+from benchtools.runner.outcome import report
 from benchtools.runner.watch import STARTED, Watch, clock, echo, log_path
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from benchflow.kinds import (
     Trend,
     telemetry_columns,
 )
-from benchflow.kinds.serving import log, sglang_jsonl, vllm_json
+from benchflow.kinds.serving import sglang_jsonl, text_output, vllm_json
 from benchflow.kinds.serving.columns import COLUMNS, METRICS
 from benchflow.kinds.serving.common import INTS
 from benchflow.kinds.serving.search import SearchSpec
@@ -372,7 +372,7 @@ def telemetry(rows: list[dict[str, Any]], run: Any) -> list[dict[str, Any]]:
 KIND = ResultKind(
     name="serving",
     description="serving sweep: one row per config and concurrency, every figure of the client's result",
-    formats=(log.FORMAT, sglang_jsonl.FORMAT, vllm_json.FORMAT),
+    formats=(text_output.FORMAT, sglang_jsonl.FORMAT, vllm_json.FORMAT),
     table="serving_results",
     columns=(*(_column(name) for name in COLUMNS), *telemetry_columns(TELEMETRY)),
     key=("config", "concurrency", "repeat"),

@@ -3,7 +3,7 @@ text above it or wrapped (see :mod:`.records`)."""
 
 from __future__ import annotations
 
-from benchflow.kinds.serving import records
+from benchflow.kinds.serving import json_records as records
 from benchflow.parsing import Format
 
 NAME = "sglang_jsonl"

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from benchflow.kinds.serving import records
+from benchflow.kinds.serving import json_records as records
 from benchflow.parsing import Format
 
 NAME = "vllm_json"

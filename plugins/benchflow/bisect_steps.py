@@ -1,7 +1,7 @@
 """The steps of the bisect DAG (``dags/bisect.py``): behaviour only, the wiring is there.
 
 A bisection is triggered with ``{campaign, case, metric, good, bad}``; the campaign must take its payload from
-git. Its state is :class:`benchflow.analysis.bisect.Bisection` as JSON in XCom, handed from step to step:
+git. Its state is :class:`benchflow.analysis.bisect_search.Bisection` as JSON in XCom, handed from step to step:
 
 * :func:`start` checks the conf field by field (each error names its field), resolves good and bad to commits,
   lists the commits between them, and seeds every commit that earlier valid runs of the campaign measured
@@ -24,7 +24,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from benchflow.analysis.bisect import Bisection, Budget
+from benchflow.analysis.bisect_search import Bisection, Budget
 
 if TYPE_CHECKING:
     from benchflow.spec import CampaignSpec
@@ -346,11 +346,11 @@ def record(planned: dict[str, Any] | None, warehouse: Warehouse, bisect_dag_id: 
 
 
 def save(bisection: Bisection, warehouse: Warehouse, dag_id: str, run_id: str) -> dict[str, Any]:
-    from benchflow.warehouse import bisections
+    from benchflow.warehouse import bisection_writes
 
     result = bisection.result()
     started = datetime.fromtimestamp(bisection.started_at, UTC) if bisection.started_at else None
-    bisections.save(warehouse, dag_id, run_id, bisection.meta, result, started)
+    bisection_writes.save(warehouse, dag_id, run_id, bisection.meta, result, started)
     return result
 
 

@@ -35,7 +35,7 @@ import re
 from collections import deque
 from typing import Any, Literal
 
-from benchflow.kinds.serving import records
+from benchflow.kinds.serving import json_records as records
 from benchflow.kinds.serving.common import INTS, LEADING_NUMBER_RE, empty_row, finish, leading_number
 from benchflow.kinds.serving.labels import PREAMBLE, Label, lookup, scale, unit_of
 from benchflow.parsing import Format, Notes, ParsedRun, lines
