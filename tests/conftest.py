@@ -57,8 +57,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    import sys
+
     from benchflow.warehouse.hooks import drop_postgres_database
 
+    if "airflow.settings" in sys.modules:  # this process's pooled connections go first, not at exit
+        sys.modules["airflow.settings"].dispose_orm()
     drop_postgres_database(TEST_DB)
     shutil.rmtree(VAR, ignore_errors=True)
 
@@ -83,11 +87,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: order[tier_of(item)])
 
 
+OWN_STACK = ("tests/stack/test_bench_up.py",)  # stack-tier modules that start their own stack (bench up)
+
+
 def group_of(nodeid: str) -> str:
-    """What one worker runs as a unit: the whole stack tier (one Airflow stack for all of it), each other module
-    that starts something (its module fixtures run once), each unit test on its own (wherever a worker is free)."""
+    """What one worker runs as a unit: the stack tier's modules on the shared Celery stack (tests/stack/conftest.py:
+    one stack for all of them), each other module that starts something (its module fixtures run once), each unit
+    test on its own (wherever a worker is free)."""
     path = nodeid.split("::")[0]
-    if path.startswith("tests/stack/"):
+    if path.startswith("tests/stack/") and path not in OWN_STACK:
         return "stack"
     if path.startswith(("tests/unit/", "kernels/")):
         return nodeid

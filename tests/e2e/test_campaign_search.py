@@ -1,17 +1,22 @@
 """A serving campaign's load search end to end over loopback SSH: the tiny server with a known capacity (a batch
 limit of 6 sequences per 40 ms step, so TPOT is 40 ms up to concurrency 6 and 80 ms from 7; the SLO's 60 ms
 is far from both, whatever else the machine runs), the real SGLang client driven by the sweep driver on the
-host, the search's answer and every probe in the warehouse, and no parse note from the search's own lines."""
+host, the search's answer and every probe in the warehouse, and no parse note from the search's own lines; on the
+host, the probes the search made (doubling, then bisecting), each a phase of the log, and the client's own
+per-request data on both sides of the answer."""
 
 from __future__ import annotations
 
 import json
 import math
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from benchflow.kinds import parse_text
 from benchflow.kinds.serving.search import loadsearch
+from benchflow.remote import layout
 from benchflow.spec import SpecError, load_spec
 from benchflow.warehouse import Warehouse
 from tests.e2e.conftest import campaign_dags, run_dag
@@ -58,7 +63,7 @@ def bag(tmp_path_factory, airflow_db, sshd):
         yield dags
 
 
-def test_the_search_finds_the_servers_capacity_within_its_precision_and_budget(bag):
+def test_the_search_finds_the_servers_capacity_within_its_precision_and_budget(bag, sshd):
     run_id, state, tasks = run_dag(bag, "search_ssh")
     assert state == "success", tasks
     warehouse = Warehouse.from_airflow()
@@ -85,6 +90,35 @@ def test_the_search_finds_the_servers_capacity_within_its_precision_and_budget(b
     at_answer = [step for step in trail if step["load"] == CAPACITY]
     assert at_answer and all(step["verdict"] == "pass" for step in at_answer[-1:])
     assert not any(math.isnan(v) for v in probes["p99_tpot_ms"])
+
+    # What the driver left on the host: the record, every probe as a phase of the log, the client's requests.
+    rundir = Path(layout.run_dir(str(sshd.workdir), "bench_search_ssh", run_id))
+    (record,) = [json.loads(line) for line in (rundir / "search.jsonl").read_text().splitlines()]
+    loads = list(dict.fromkeys(step["load"] for step in record["trail"]))
+    assert loads == [2, 4, 8, 6, 7]  # doubling until 8 fails, then bisecting [4, 8]
+    assert record["loads"] == len(loads) and len(loads) <= record["probes"] <= SEARCH["repeats"] * len(loads)
+    for step in record["trail"]:
+        tpot = step["checks"][0]
+        assert tpot["key"] == "p90_tpot_ms" and tpot["n"] == step["pooled"]
+        assert step["verdict"] in ("pass" if step["load"] <= CAPACITY else "fail", "undecided")
+    starts = [step["started_at"] for step in record["trail"]]  # where the telemetry of each probe begins
+    assert all(starts) and starts == sorted(starts)
+    answer = [s for s in record["trail"] if s["load"] == CAPACITY][-1]
+    assert record["goodput_rps"] == answer["goodput_rps"] == found["goodput_rps"]
+    log = Path(layout.job_paths(str(rundir), "bench_single").log_file).read_text()  # the config's benchmark job
+    assert f"search single -> over concurrency: converged; highest pass {CAPACITY}, lowest fail {CAPACITY + 1}" in log
+    parsed = parse_text(log)
+    assert parsed.complete and parsed.warnings == [] and not parsed.dropped
+    keys = [(r["config"], r["concurrency"], r["repeat"]) for r in parsed.rows]
+    assert keys == [("single", s["load"], s["repeat"]) for s in record["trail"]]
+    requests = [json.loads(line) for line in (rundir / "requests.jsonl").read_text().splitlines()]
+    assert len(requests) == 60 * record["probes"] and all(r["ok"] for r in requests)
+
+    def p90_tpot(load: int) -> loadsearch.Bounds:
+        values = [loadsearch.request_value(r, "tpot") for r in requests if (r["concurrency"], r["repeat"]) == (load, 1)]
+        return loadsearch.quantile_bounds([v for v in values if v is not None], 0.9)
+
+    assert p90_tpot(CAPACITY).upper <= SLO["p90_tpot_ms"] < p90_tpot(CAPACITY + 1).lower  # the client's own data
 
 
 def test_a_probe_too_small_for_its_percentile_is_refused_with_file_line_and_field(tmp_path):

@@ -1,7 +1,8 @@
 """``sweep.py --search`` with the real SGLang client (``python -m sglang.bench_serving`` from the host
-environment) against the tiny server with its capacity knob, on loopback: the search finds the server's
-analytical capacity within the precision and the probe count a binary search implies, every probe is a phase
-the log parser reads, and a request-rate search out of budget reports the bracket it has.
+environment) against the tiny server with its capacity knob, on loopback: a request-rate search out of budget
+reports the bracket it has, and a probe too small for its percentile is refused before any client runs. (A search
+over concurrency converging on the server's capacity, every probe a phase the log parser reads: the campaign's
+own run, tests/e2e/test_campaign_search.py.)
 
 The server: ``--max-batch 6 --step-ms 20``, 8 output tokens per request: TPOT is 20 ms up to concurrency 6
 and 40 ms from 7 (one round of ceil(C / 6) steps per token), so a P90 TPOT limit of 30 ms holds up to 6
@@ -19,9 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from benchflow.kinds import parse_text
 from benchflow.paths import host_python
-from benchhost import loadsearch as ls
 from benchtools.net import free_port
 from tests.conftest import PROJECT_ROOT
 from tests.gpu_standin import host_env
@@ -74,44 +73,6 @@ def sweep(url: str, out: Path, search: dict, label: str = "tiny") -> subprocess.
         timeout=540,
         check=False,
     )
-
-
-def test_the_search_finds_the_servers_capacity_with_the_real_client(server, tmp_path):
-    done = sweep(server, tmp_path, SEARCH)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert done.stdout.splitlines()[-1] == "ALL_DONE"
-    (record,) = [json.loads(line) for line in (tmp_path / "search.jsonl").read_text().splitlines()]
-    bracket = {k: record[k] for k in ("config", "reason", "pass_load", "fail_load", "fail_verdict")}
-    assert bracket == {"config": "tiny", "reason": "converged", "pass_load": 6, "fail_load": 7, "fail_verdict": "fail"}
-    loads = list(dict.fromkeys(step["load"] for step in record["trail"]))
-    assert loads == [1, 2, 4, 8, 6, 7]  # doubling until 8 fails, then bisecting [4, 8]
-    assert record["loads"] == len(loads) <= ls.load_bound(1, 32, 0.1, integer=True)
-    assert len(loads) <= record["probes"] <= SEARCH["repeats"] * len(loads)
-    for step in record["trail"]:
-        tpot = step["checks"][0]
-        assert tpot["key"] == "p90_tpot_ms" and tpot["n"] == step["pooled"]
-        expected = "pass" if step["load"] <= BATCH else "fail"
-        assert step["verdict"] in (expected, "undecided")
-    starts = [step["started_at"] for step in record["trail"]]  # where the telemetry of each probe begins
-    assert all(starts) and starts == sorted(starts)
-    answer = [s for s in record["trail"] if s["load"] == BATCH][-1]
-    assert record["goodput_rps"] == answer["goodput_rps"] > 0
-    assert f"search tiny -> over concurrency: converged; highest pass {BATCH}, lowest fail {BATCH + 1}" in done.stdout
-
-    # Every probe is a phase the serving log parser reads, keyed as the search recorded it.
-    parsed = parse_text(done.stdout)
-    assert parsed.format == "log" and parsed.complete and parsed.warnings == [] and not parsed.dropped
-    keys = [(r["config"], r["concurrency"], r["repeat"]) for r in parsed.rows]
-    assert keys == [("tiny", s["load"], s["repeat"]) for s in record["trail"]]
-    assert all(r["completed"] == 60 and r["num_prompts"] == 60 for r in parsed.rows)
-    requests = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
-    assert len(requests) == 60 * record["probes"] and all(r["ok"] for r in requests)
-
-    def p90_tpot(load: int) -> ls.Bounds:
-        values = [ls.request_value(r, "tpot") for r in requests if (r["concurrency"], r["repeat"]) == (load, 1)]
-        return ls.quantile_bounds([v for v in values if v is not None], 0.9)
-
-    assert p90_tpot(BATCH).upper <= 30 < p90_tpot(BATCH + 1).lower  # the client's own per-request data
 
 
 def test_a_request_rate_search_out_of_budget_reports_its_bracket(server, tmp_path):

@@ -15,8 +15,9 @@ import stat
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -25,9 +26,9 @@ import requests
 
 from benchflow.warehouse.hooks import drop_postgres_database
 from benchtools.net import free_port
-from tests.conftest import FIXTURES, PROJECT_ROOT, live_group_members
+from tests.conftest import FIXTURES, PROJECT_ROOT, live_group_members, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.stack
 BENCH = Path(sys.executable).parent / "bench"
 SPEC = textwrap.dedent("""\
     description: bench up smoke campaign
@@ -41,27 +42,97 @@ SPEC = textwrap.dedent("""\
       benchmark: 120
       poke_interval: 1
     """)
+HANG_SPEC = textwrap.dedent("""\
+    description: bench down during the wait
+    host: local
+    payload: fault
+    schedule: null
+    benchmark:
+      script: bench_fault.py
+      args: {mode: hang, rows: 2, delay: 0.0}
+    timeouts:
+      benchmark: 600
+      poke_interval: 1
+    services:
+      - name: gpu_holder
+        stop: "echo stopped >> services.log"
+        start: "echo started >> services.log"
+    """)
+
+
+def environment(root: Path) -> tuple[dict[str, str], Path]:
+    """A checkout's worth of state under ``root``: its specs (the smoke campaign, and one whose benchmark hangs),
+    the fault payload, a var/ folder and a PostgreSQL database of its own for ``bench up``."""
+    (root / "specs").mkdir()
+    (root / "specs" / "up_smoke.yaml").write_text(SPEC)
+    (root / "specs" / "down_hang.yaml").write_text(HANG_SPEC)
+    (root / "kernels").mkdir()
+    os.symlink(FIXTURES / "payloads" / "fault", root / "kernels" / "fault")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(
+        {
+            "BENCH_VAR_DIR": str(root / "var"),
+            "BENCH_CAMPAIGNS_DIR": str(root / "specs"),
+            "BENCH_KERNELS_DIR": str(root / "kernels"),
+            "BENCH_UP_PG_DATABASE": f"benchflow_up_{uuid.uuid4().hex[:8]}",
+        }
+    )
+    return env, root / "var"
+
+
+def finish(env: dict[str, str]) -> None:
+    subprocess.run([str(BENCH), "down"], env=env, capture_output=True, timeout=600)
+    drop_postgres_database(env["BENCH_UP_PG_DATABASE"])
 
 
 @pytest.fixture
 def local_env(tmp_path):
-    (tmp_path / "specs").mkdir()
-    (tmp_path / "specs" / "up_smoke.yaml").write_text(SPEC)
-    (tmp_path / "kernels").mkdir()
-    os.symlink(FIXTURES / "payloads" / "fault", tmp_path / "kernels" / "fault")
-    database = f"benchflow_up_{uuid.uuid4().hex[:8]}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    env.update(
-        {
-            "BENCH_VAR_DIR": str(tmp_path / "var"),
-            "BENCH_CAMPAIGNS_DIR": str(tmp_path / "specs"),
-            "BENCH_KERNELS_DIR": str(tmp_path / "kernels"),
-            "BENCH_UP_PG_DATABASE": database,
-        }
+    env, var = environment(tmp_path)
+    yield env, var
+    finish(env)
+
+
+@dataclass
+class Up:
+    """One ``bench up`` for the module's tests (a ``bench run`` made before it, two ``bench up`` at once)."""
+
+    env: dict[str, str]
+    var: Path
+    port: int
+    ran: subprocess.CompletedProcess[str]
+    outputs: list[tuple[int, str, str]]  # (exit status, stdout, stderr) of the two
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def headers(self) -> dict[str, str]:
+        password = json.loads((self.var / "local-airflow" / "passwords.json").read_text())["admin"]
+        token = requests.post(f"{self.url}/auth/token", json={"username": "admin", "password": password}, timeout=30)
+        return {"Authorization": f"Bearer {token.json()['access_token']}"}
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory) -> Iterator[Up]:
+    env, var = environment(tmp_path_factory.mktemp("up"))
+    ran = subprocess.run(
+        [str(BENCH), "run", "up_smoke"], env=env, capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT
     )
-    yield env, tmp_path / "var"
-    subprocess.run([str(BENCH), "down"], env=env, capture_output=True, timeout=120)
-    drop_postgres_database(database)
+    port = free_port()
+    command = [str(BENCH), "up", "--port", str(port)]
+    with held(8793, 8794):  # the log servers' ports, taken: bench up starts none
+        both = [
+            subprocess.Popen(
+                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PROJECT_ROOT
+            )
+            for _ in range(2)
+        ]
+        texts = [proc.communicate(timeout=400) for proc in both]
+        outputs = [(proc.returncode, out, err) for proc, (out, err) in zip(both, texts, strict=True)]
+    try:
+        yield Up(env, var, port, ran, outputs)
+    finally:
+        finish(env)
 
 
 def ours(var: Path) -> list[psutil.Process]:
@@ -98,11 +169,11 @@ def held(*ports: int):
             sock.close()
 
 
-def test_bench_up_runs_a_campaign_and_bench_down_stops_everything(local_env):
-    env, var = local_env
-    ran = subprocess.run(
-        [str(BENCH), "run", "up_smoke"], env=env, capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT
-    )
+def test_bench_up_shares_bench_runs_airflow_runs_a_campaign_and_shows_it(up):
+    """The stack the module's tests share: ``bench run`` before it used this checkout's metadata DB, two ``bench
+    up`` at once started one stack, on loopback only; a campaign triggered through its REST API runs and shows in
+    the Benchmarks view. ``bench down`` is the next test's."""
+    env, var, port, ran = up.env, up.var, up.port, up.ran
     assert ran.returncode == 0, ran.stdout + ran.stderr
     run_by_bench_run = re.search(r"run (manual__\S+): success", ran.stdout)
     assert run_by_bench_run, ran.stdout
@@ -111,21 +182,11 @@ def test_bench_up_runs_a_campaign_and_bench_down_stops_everything(local_env):
     assert stat.S_IMODE(record.stat().st_mode) == 0o600
     assert json.loads(record.read_text())["uri"].endswith("/" + env["BENCH_UP_PG_DATABASE"])
 
-    port = free_port()
-    command = [str(BENCH), "up", "--port", str(port)]
-    with held(8793, 8794):  # the log servers' ports, taken: bench up starts none
-        both = [
-            subprocess.Popen(
-                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PROJECT_ROOT
-            )
-            for _ in range(2)
-        ]
-        outputs = [proc.communicate(timeout=400) for proc in both]
-    for proc, (stdout, stderr) in zip(both, outputs, strict=True):
-        assert proc.returncode == 0, stdout + stderr
-    assert sum("already up" in stdout for stdout, _ in outputs) == 1  # two at once: one stack
-    started = next(stdout for stdout, _ in outputs if "already up" not in stdout)
-    url = f"http://127.0.0.1:{port}"
+    for code, stdout, stderr in up.outputs:
+        assert code == 0, stdout + stderr
+    assert sum("already up" in stdout for _, stdout, _ in up.outputs) == 1  # two at once: one stack
+    started = next(stdout for _, stdout, _ in up.outputs if "already up" not in stdout)
+    url = up.url
     password = json.loads((var / "local-airflow" / "passwords.json").read_text())["admin"]
     assert f"Airflow UI:  {url}" in started and f"password {password}" in started
     assert "metadata DB: the local PostgreSQL" in started
@@ -142,6 +203,7 @@ def test_bench_up_runs_a_campaign_and_bench_down_stops_everything(local_env):
     }
     assert listening == {("127.0.0.1", port)}, listening  # the api-server alone, on loopback
 
+    command = [str(BENCH), "up", "--port", str(port)]
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, cwd=PROJECT_ROOT)
     assert again.returncode == 0 and "already up" in again.stdout  # idempotent
     other = subprocess.run(
@@ -149,8 +211,7 @@ def test_bench_up_runs_a_campaign_and_bench_down_stops_everything(local_env):
     )
     assert other.returncode == 1 and f"already up on port {port}" in other.stderr and "not applied" in other.stderr
 
-    token = requests.post(f"{url}/auth/token", json={"username": "admin", "password": password}, timeout=30)
-    headers = {"Authorization": f"Bearer {token.json()['access_token']}"}
+    headers = up.headers()
     api = f"{url}/api/v2"
     health = requests.get(f"{api}/monitor/health", timeout=30).json()
     assert {health[k]["status"] for k in ("metadatabase", "scheduler", "triggerer", "dag_processor")} == {"healthy"}
@@ -158,15 +219,10 @@ def test_bench_up_runs_a_campaign_and_bench_down_stops_everything(local_env):
     assert run_by_bench_run[1] in {r["dag_run_id"] for r in listed}  # bench run's run, in bench up's Airflow
     page = requests.get(f"{api}/dags/bench_up_smoke/dagRuns/{run_by_bench_run[1]}", headers=headers, timeout=30)
     assert page.status_code == 200 and page.json()["state"] == "success"
-    deadline = time.monotonic() + 120
-    while (report := requests.get(f"{api}/dags/bench_report", headers=headers, timeout=30)).status_code != 200:
-        assert time.monotonic() < deadline, "the report DAG never appeared"
-        time.sleep(2)
+    wait_for(lambda: dag_parsed(api, headers, "bench_report"), 120, "the report DAG")
+    report = requests.get(f"{api}/dags/bench_report", headers=headers, timeout=30)
     assert report.json()["is_paused"] is False  # it draws the plots of every load
-    deadline = time.monotonic() + 120
-    while requests.get(f"{api}/dags/bench_up_smoke", headers=headers, timeout=30).status_code != 200:
-        assert time.monotonic() < deadline, "the campaign never appeared"
-        time.sleep(2)
+    wait_for(lambda: dag_parsed(api, headers, "bench_up_smoke"), 120, "the campaign's DAG")
     pools = requests.get(f"{api}/pools", headers=headers, timeout=30).json()["pools"]
     assert "bench_host_local" in {p["name"] for p in pools}
     requests.patch(f"{api}/dags/bench_up_smoke", json={"is_paused": False}, headers=headers, timeout=30)
@@ -174,15 +230,15 @@ def test_bench_up_runs_a_campaign_and_bench_down_stops_everything(local_env):
         f"{api}/dags/bench_up_smoke/dagRuns", json={"logical_date": None, "conf": {}}, headers=headers, timeout=30
     ).json()
     run_id = run["dag_run_id"]
-    deadline = time.monotonic() + 180
-    while (
-        state_now := requests.get(f"{api}/dags/bench_up_smoke/dagRuns/{run_id}", headers=headers, timeout=30).json()[
-            "state"
-        ]
-    ) not in ("success", "failed"):
-        assert time.monotonic() < deadline, state_now
-        time.sleep(2)
-    assert state_now == "success"
+    states: list[str] = []
+
+    def finished() -> bool:
+        reply = requests.get(f"{api}/dags/bench_up_smoke/dagRuns/{run_id}", headers=headers, timeout=30)
+        states.append(reply.json()["state"])
+        return states[-1] in ("success", "failed")
+
+    wait_for(finished, 180, "the campaign's run")
+    assert states[-1] == "success"
 
     anonymous = requests.get(f"{url}/benchmarks/", timeout=30, allow_redirects=False)  # for signed-in users only
     assert anonymous.status_code == 303 and "/auth/login" in anonymous.headers["location"]  # a browser: the login
@@ -195,14 +251,9 @@ def test_bench_up_runs_a_campaign_and_bench_down_stops_everything(local_env):
     nav = requests.get(f"{api}/plugins", headers=headers, timeout=30).json()["plugins"]
     assert any(v["name"] == "Benchmarks" for p in nav for v in p["external_views"])
 
-    stopped = subprocess.run([str(BENCH), "down"], env=env, capture_output=True, text=True, timeout=120)
-    assert stopped.returncode == 0 and "stopped api-server" in stopped.stdout
-    for pid in state["pids"].values():
-        assert live_group_members(pid) == []
-    assert not (var / "local-airflow" / "stack.json").exists()
-    with pytest.raises(requests.ConnectionError):
-        requests.get(f"{api}/monitor/health", timeout=5)
-    assert ours(var) == []
+
+def dag_parsed(api: str, headers: dict[str, str], dag_id: str) -> bool:
+    return requests.get(f"{api}/dags/{dag_id}", headers=headers, timeout=30).status_code == 200
 
 
 def test_bench_up_fails_naming_what_did_not_come_up_and_leaves_nothing_running(local_env):
@@ -225,53 +276,24 @@ def test_bench_up_fails_naming_what_did_not_come_up_and_leaves_nothing_running(l
     assert "not running" in subprocess.run([str(BENCH), "down"], env=env, capture_output=True, text=True).stdout
 
 
-HANG_SPEC = textwrap.dedent("""\
-    description: bench down during the wait
-    host: local
-    payload: fault
-    schedule: null
-    benchmark:
-      script: bench_fault.py
-      args: {mode: hang, rows: 2, delay: 0.0}
-    timeouts:
-      benchmark: 600
-      poke_interval: 1
-    services:
-      - name: gpu_holder
-        stop: "echo stopped >> services.log"
-        start: "echo started >> services.log"
-    """)
-
-
-def test_bench_down_during_a_deferred_wait_stops_the_benchmark_and_restores_the_services(local_env):
+def test_bench_down_during_a_deferred_wait_stops_the_benchmark_and_restores_the_services(up):
     """Stopping the stack used to leave the benchmark running on the host and its services stopped, the run
-    "running" with nothing left to end it (issue 20, Low)."""
-    env, var = local_env
-    (Path(env["BENCH_CAMPAIGNS_DIR"]) / "down_hang.yaml").write_text(HANG_SPEC)
-    port = free_port()
-    started = subprocess.run(
-        [str(BENCH), "up", "--port", str(port)], env=env, capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT
-    )
-    assert started.returncode == 0, started.stdout + started.stderr
-    url = f"http://127.0.0.1:{port}"
-    password = json.loads((var / "local-airflow" / "passwords.json").read_text())["admin"]
-    token = requests.post(f"{url}/auth/token", json={"username": "admin", "password": password}, timeout=30)
-    headers = {"Authorization": f"Bearer {token.json()['access_token']}"}
-    api = f"{url}/api/v2"
-    deadline = time.monotonic() + 120
-    while requests.get(f"{api}/dags/bench_down_hang", headers=headers, timeout=30).status_code != 200:
-        assert time.monotonic() < deadline, "the campaign never appeared"
-        time.sleep(2)
+    "running" with nothing left to end it (issue 20, Low). ``bench down`` of the module's stack, in the middle of a
+    campaign's deferred wait: the benchmark's process group ends, the services come back, the host is released,
+    the run is marked failed, and no process of the stack is left."""
+    env, var = up.env, up.var
+    state = json.loads((var / "local-airflow" / "stack.json").read_text())
+    headers = up.headers()
+    api = f"{up.url}/api/v2"
+    wait_for(lambda: dag_parsed(api, headers, "bench_down_hang"), 120, "the campaign's DAG")
     requests.patch(f"{api}/dags/bench_down_hang", json={"is_paused": False}, headers=headers, timeout=30)
     run = requests.post(
         f"{api}/dags/bench_down_hang/dagRuns", json={"logical_date": None, "conf": {}}, headers=headers, timeout=30
     ).json()
     run_id = run["dag_run_id"]
     wait = f"{api}/dags/bench_down_hang/dagRuns/{run_id}/taskInstances/wait_done"
-    deadline = time.monotonic() + 240
-    while requests.get(wait, headers=headers, timeout=30).json().get("state") != "deferred":
-        assert time.monotonic() < deadline, requests.get(wait, headers=headers, timeout=30).json()
-        time.sleep(2)
+    deferred = lambda: requests.get(wait, headers=headers, timeout=30).json().get("state") == "deferred"  # noqa: E731
+    wait_for(deferred, 240, "the wait to be deferred")
     from benchflow.remote import layout
 
     host = var / "hosts" / "local"
@@ -288,3 +310,9 @@ def test_bench_down_during_a_deferred_wait_stops_the_benchmark_and_restores_the_
     assert f"run {run_id} marked failed" in out, out
     assert live_group_members(pgid) == []
     assert (host / "services.log").read_text().split() == ["stopped", "started"]
+    for pid in state["pids"].values():
+        assert live_group_members(pid) == []
+    assert not (var / "local-airflow" / "stack.json").exists()
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"{api}/monitor/health", timeout=5)
+    assert ours(var) == []

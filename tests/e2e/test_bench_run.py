@@ -22,7 +22,7 @@ from benchflow.remote import layout
 from benchflow.remote.lease import LEASE_FILE
 from tests.conftest import FIXTURES, PROJECT_ROOT, live_group_members
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.e2e
 BENCH = Path(sys.executable).parent / "bench"
 
 
