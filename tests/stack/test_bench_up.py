@@ -28,7 +28,7 @@ from benchflow.warehouse.hooks import drop_postgres_database
 from benchtools.net import free_port
 from tests.conftest import FIXTURES, PROJECT_ROOT, live_group_members, wait_for
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]  # a whole stack's start, then campaign runs
 BENCH = Path(sys.executable).parent / "bench"
 SPEC = textwrap.dedent("""\
     description: bench up smoke campaign

@@ -19,7 +19,7 @@ from benchflow.warehouse import Warehouse, queries
 from benchtools.stack import AirflowStack
 from tests.stack.conftest import CASE, METRIC, REPEATS
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]  # a whole stack's start, then campaign runs
 
 
 def bisect(stack: AirflowStack, conf: dict, timeout: float = 1500) -> tuple[str, str]:

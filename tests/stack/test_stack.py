@@ -9,7 +9,7 @@ import pytest
 
 from benchflow.warehouse import Warehouse
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]  # a whole stack's start, then campaign runs
 
 
 def _at(value: str) -> datetime:

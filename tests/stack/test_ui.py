@@ -25,7 +25,7 @@ from benchflow.warehouse import RunRecord, Warehouse
 from benchtools.stack import USER
 from tests.conftest import PROJECT_ROOT
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]  # a whole stack's start, then campaign runs
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = Path(os.environ.get("BENCH_ARTIFACTS_DIR", PROJECT_ROOT / "artifacts")) / "ui"
