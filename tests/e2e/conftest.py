@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,3 +55,20 @@ def run_dag(bag: Any, name: str, conf: dict[str, Any] | None = None) -> tuple[st
     with create_session() as session:
         tis = session.query(TaskInstance).filter_by(dag_id=f"bench_{name}", run_id=dag_run.run_id).all()
         return dag_run.run_id, str(dag_run.state), {ti.task_id: str(ti.state) for ti in tis}
+
+
+SERVER_PORT = re.compile(r"\b30[01]\d\d\b")  # the fixed server ports (30000-30199) that specs here are written with
+
+
+def on_free_ports(*specs: str) -> list[str]:
+    """The specs with every server port (``30100``, the router's ``--prefill http://…:30101 30104``) replaced by a
+    port free now, the same port for the same number across them: a test's servers never meet another test
+    process's, nor a server an aborted run left behind."""
+    from benchtools.net import free_port
+
+    ports: dict[str, str] = {}
+
+    def fresh(match: re.Match[str]) -> str:
+        return ports.setdefault(match[0], str(free_port()))
+
+    return [SERVER_PORT.sub(fresh, spec) for spec in specs]

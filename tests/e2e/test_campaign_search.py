@@ -19,7 +19,7 @@ from benchflow.kinds.serving.search import loadsearch
 from benchflow.remote import layout
 from benchflow.spec import SpecError, load_spec
 from benchflow.warehouse import Warehouse
-from tests.e2e.conftest import campaign_dags, run_dag
+from tests.e2e.conftest import campaign_dags, on_free_ports, run_dag
 
 pytestmark = pytest.mark.e2e
 
@@ -59,7 +59,7 @@ SPEC = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def bag(tmp_path_factory, airflow_db, sshd):
-    with campaign_dags(tmp_path_factory.mktemp("search"), {"search_ssh": SPEC}) as dags:
+    with campaign_dags(tmp_path_factory.mktemp("search"), {"search_ssh": on_free_ports(SPEC)[0]}) as dags:
         yield dags
 
 

@@ -14,7 +14,7 @@ import pytest
 from benchflow.remote import layout
 from benchflow.warehouse import Warehouse
 from tests.conftest import PROJECT_ROOT, live_group_members
-from tests.e2e.conftest import campaign_dags, run_dag
+from tests.e2e.conftest import campaign_dags, on_free_ports, run_dag
 
 pytestmark = pytest.mark.e2e
 
@@ -61,6 +61,7 @@ def bag(tmp_path_factory, airflow_db, sshd):
         "serving_local_vllm": ONCE.replace("client: sglang", "client: vllm"),
         "serving_broken": BROKEN,
     }
+    specs = dict(zip(specs, on_free_ports(*specs.values()), strict=True))
     with campaign_dags(tmp_path_factory.mktemp("serving"), specs) as dags:
         yield dags
 

@@ -17,7 +17,7 @@ import pytest
 
 from benchflow.warehouse import Warehouse
 from benchtools.loopback_sshd import LoopbackSSHD
-from tests.e2e.conftest import campaign_dags, run_dag
+from tests.e2e.conftest import campaign_dags, on_free_ports, run_dag
 from tests.gpu_standin import BIN, PYTHON, scenario_module, write_scenario
 
 pytestmark = pytest.mark.e2e
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.e2e
 SERVER = "{python} server.py --layers 1 --hidden 32 --port {port}"
 ROUTER = (
     "{python} -m sglang_router.launch_router --pd-disaggregation --prefill http://127.0.0.1:30131 30134 "
-    "--decode http://127.0.0.1:30132 --host 127.0.0.1 --port {port}"
+    "--decode http://127.0.0.1:30132 --host 127.0.0.1 --port {port} --prometheus-port 30135"
 )
 PREFILL = f"{SERVER} --role prefill --disaggregation-bootstrap-port 30134"
 SERVING = textwrap.dedent(
@@ -96,7 +96,8 @@ def gpu_host(tmp_path_factory, scenario, airflow_db):
 
 @pytest.fixture(scope="module")
 def bag(tmp_path_factory, gpu_host):
-    with campaign_dags(tmp_path_factory.mktemp("telemetry"), {"telemetry_pd": SERVING, "kernel_hog": KERNEL}) as dags:
+    specs = {"telemetry_pd": on_free_ports(SERVING)[0], "kernel_hog": KERNEL}
+    with campaign_dags(tmp_path_factory.mktemp("telemetry"), specs) as dags:
         yield dags
 
 

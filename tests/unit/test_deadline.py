@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import time
 
 import pytest
 
@@ -69,3 +70,25 @@ def test_work_within_its_budget_leaves_no_timer():
     with time_budget(30):
         pass
     assert signal.getitimer(signal.ITIMER_REAL)[0] == 0
+
+
+def test_work_that_swallows_even_the_budgets_alarm_is_refused_when_it_ends():
+    """The alarm's exception can be lost (a bare ``except BaseException``, or the alarm landing where Python does
+    not look for it until the work is done): work that ran past its budget is refused all the same."""
+
+    def careless() -> None:
+        end = time.monotonic() + 0.2
+        while time.monotonic() < end:
+            try:
+                spin_briefly()
+            except BaseException:
+                pass
+
+    with pytest.raises(OverBudget, match=r"took more than 0\.05 s"), time_budget(0.05):
+        careless()
+
+
+def spin_briefly() -> None:
+    end = time.monotonic() + 0.01
+    while time.monotonic() < end:
+        pass
