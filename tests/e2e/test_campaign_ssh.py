@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
+import psutil
 import pytest
 
 from benchflow.remote import layout
@@ -49,7 +50,7 @@ def fault_spec(args: dict, benchmark_timeout: int = 120, workdir: Path | None = 
 
 
 CAMPAIGNS = {
-    "ssh_outage": fault_spec({"mode": "ok", "rows": 6, "delay": 4}),
+    "ssh_outage": fault_spec({"mode": "ok", "rows": 6, "delay": 2}),
     "ssh_killed": fault_spec({"mode": "ok", "rows": 30, "delay": 0.5}),
     "ssh_hang": fault_spec({"mode": "hang", "rows": 2}, benchmark_timeout=4),
 }
@@ -66,20 +67,31 @@ run = run_dag
 
 
 def when_rows(sshd, name: str, rows: int, action, timeout: float = 120):
-    """In the background: once the running benchmark has written ``rows`` rows, call ``action(job dir)``."""
+    """In the background: once the running benchmark has written ``rows`` rows and the deferred wait is on (its
+    stream of the benchmark's log runs on the host), call ``action(job dir)``."""
 
     def watch():
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for results in (sshd.workdir / f"bench_{name}").glob("*/results.jsonl"):
-                if len(results.read_text().splitlines()) >= rows:
-                    action(results.parent / "bench")
+                job = results.parent / "bench"
+                if len(results.read_text().splitlines()) >= rows and streaming(job / "stdout.log"):
+                    action(job)
                     return
             time.sleep(0.1)
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
     return thread
+
+
+def streaming(log: Path) -> bool:
+    """Whether the deferred wait streams ``log`` now: its ``tail -F`` runs on the host (this machine)."""
+    for proc in psutil.process_iter(["cmdline"]):
+        command = proc.info["cmdline"] or []
+        if command and os.path.basename(command[0]) == "tail" and str(log) in command:
+            return True
+    return False
 
 
 def rows_of(run_id):
@@ -115,13 +127,14 @@ def test_demo_campaign_over_ssh_end_to_end(bag, sshd, var_dir):
 
 def test_sshd_outage_mid_wait_reconnects_and_loses_nothing(bag, sshd, capfd):
     def outage(_job):
-        sshd.stop()
-        time.sleep(15)
+        sshd.stop()  # ends the wait's connection and its stream
+        time.sleep(3)  # the outage: three of the wait's check intervals, its reconnects refused
         sshd.start()
 
     watcher = when_rows(sshd, "ssh_outage", 1, outage)
     run_id, state, tasks = run(bag, "ssh_outage")
     watcher.join(timeout=60)
+    assert not watcher.is_alive()
     log = "".join(capfd.readouterr())
     assert "connection to gpu_loopback lost" in log and "reconnected to gpu_loopback" in log
     assert state == "success", tasks
@@ -141,6 +154,7 @@ def test_killed_benchmark_fails_within_one_check_and_keeps_its_rows(bag, sshd, c
     watcher = when_rows(sshd, "ssh_killed", 3, kill)
     run_id, state, tasks = run(bag, "ssh_killed")
     watcher.join(timeout=10)
+    assert not watcher.is_alive()
     log = "".join(capfd.readouterr())
     assert killed and state == "failed" and tasks["wait_done"] == "failed"
     assert "benchmark died without writing 'ALL_DONE'" in log
