@@ -323,9 +323,10 @@ def figures(rows: list[dict], phases: list[files.Phase]) -> list[dict]:
 def test_a_kernel_sweep_beside_a_cpu_hog_is_contended_and_the_same_sweep_shielded_from_others_is_not(tmp_path):
     """The hog (twice as many busy processes as CPUs) shares the benchmark's scheduler group: the benchmark waits for
     a CPU, and the contention rule says so. The same sweep in a group of its own at the host's top priority waits
-    for no one, whatever else this machine runs (the suite's other processes included): never contended, its wait
-    share under the limit. Whether its timed calls also spread (noisy) depends on what the other tenants do to the
-    shared caches and memory, which no scheduler group shields: ok or noisy are both right answers there."""
+    for no one, whatever else this machine runs (the suite's other processes included): its wait share under the
+    limit, never contended for waiting. What no scheduler group shields it from, the rules may still say: the
+    hypervisor's steal (this VM's neighbours), and timed calls that spread with what other tenants do to the shared
+    caches (noisy)."""
     hogged = figures(*isolated_sweep(tmp_path / "hog", hogs=2 * (os.cpu_count() or 2)))
     shielded = figures(*isolated_sweep(tmp_path / "alone", hogs=0))
     report = json.dumps({"hog": hogged, "alone": shielded}, indent=1)
@@ -334,4 +335,4 @@ def test_a_kernel_sweep_beside_a_cpu_hog_is_contended_and_the_same_sweep_shielde
     assert all(r["validity"] in ("noisy", "contended") for r in hogged), report
     assert any(r["validity"] == "contended" for r in hogged), report
     assert statistics.fmean(r["host_wait_share"] for r in hogged) > limit, report
-    assert all(r["validity"] in ("ok", "noisy") and r["host_wait_share"] < limit for r in shielded), report
+    assert all(r["host_wait_share"] < limit and "waited for a CPU" not in r["reason"] for r in shielded), report
