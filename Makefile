@@ -68,12 +68,17 @@ $(SYSTEM_DEPS):
 
 # The suite in PYTEST_WORKERS processes (pytest-xdist; tests/conftest.py groups what shares a fixture), each test
 # under a timeout; it ends with the 15 slowest tests, the time per tier, and the total of lint, types and tests.
+# A worker that dies ends the run (pyproject's --max-worker-restart=0) and SUITE_TIMEOUT caps the whole of it, so
+# that a hang fails in minutes with its traceback instead of holding CI until its own limit.
 PYTEST_WORKERS ?= 4
+SUITE_TIMEOUT  ?= 2400
+PYTEST := TRITON_INTERPRET=1 timeout --kill-after=30 $(SUITE_TIMEOUT) $(VENV)/bin/pytest -n $(PYTEST_WORKERS)
 
 test: $(STAMP) $(SYSTEM_DEPS) $(HOST_STAMP)
 	@start=$$(date +%s); status=0; \
 	$(MAKE) --no-print-directory lint && \
-	TRITON_INTERPRET=1 $(VENV)/bin/pytest -n $(PYTEST_WORKERS) || status=$$?; \
+	$(PYTEST) || status=$$?; \
+	[ $$status -ne 124 ] || echo "make test: the suite ran past SUITE_TIMEOUT=$(SUITE_TIMEOUT) s and was stopped"; \
 	echo "make test: $$(( $$(date +%s) - start )) s in all (lint, types and the whole suite), exit $$status"; \
 	exit $$status
 
@@ -81,7 +86,7 @@ test: $(STAMP) $(SYSTEM_DEPS) $(HOST_STAMP)
 check: $(STAMP) $(SYSTEM_DEPS) $(HOST_STAMP)
 	@start=$$(date +%s); status=0; \
 	$(MAKE) --no-print-directory lint && \
-	TRITON_INTERPRET=1 $(VENV)/bin/pytest -n $(PYTEST_WORKERS) -m "unit or integration" || status=$$?; \
+	$(PYTEST) -m "unit or integration" || status=$$?; \
 	echo "make check: $$(( $$(date +%s) - start )) s in all, exit $$status"; \
 	exit $$status
 

@@ -14,6 +14,7 @@ import sys
 import textwrap
 import threading
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -66,23 +67,43 @@ def bag(tmp_path_factory, airflow_db, sshd):
 run = run_dag
 
 
-def when_rows(sshd, name: str, rows: int, action, timeout: float = 120):
+def when_rows(sshd, name: str, rows: int, action, timeout: float = 120) -> Watcher:
     """In the background: once the running benchmark has written ``rows`` rows and the deferred wait is on (its
-    stream of the benchmark's log runs on the host), call ``action(job dir)``."""
+    stream of the benchmark's log runs on the host), call ``action(job dir)``. :meth:`Watcher.done` ends the watch
+    with the run, so that a late action never reaches into the next test."""
+    watcher = Watcher(threading.Event(), [])
 
     def watch():
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not watcher.stop.is_set():
             for results in (sshd.workdir / f"bench_{name}").glob("*/results.jsonl"):
                 job = results.parent / "bench"
                 if len(results.read_text().splitlines()) >= rows and streaming(job / "stdout.log"):
-                    action(job)
+                    try:
+                        action(job)
+                        watcher.outcome.append("acted")
+                    except Exception as error:  # the test reports it (a thread's exception goes nowhere)
+                        watcher.outcome.append(f"action failed: {error!r}")
                     return
             time.sleep(0.1)
 
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
+    watcher.thread = threading.Thread(target=watch, daemon=True)
+    watcher.thread.start()
+    return watcher
+
+
+@dataclass
+class Watcher:
+    stop: threading.Event
+    outcome: list[str]
+    thread: threading.Thread | None = None
+
+    def done(self, timeout: float = 30) -> list[str]:
+        """End the watch, wait for an action under way, and say what happened: ``["acted"]`` when it acted."""
+        self.stop.set()
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the watcher's action is still running"
+        return self.outcome
 
 
 def streaming(log: Path) -> bool:
@@ -128,13 +149,19 @@ def test_demo_campaign_over_ssh_end_to_end(bag, sshd, var_dir):
 def test_sshd_outage_mid_wait_reconnects_and_loses_nothing(bag, sshd, capfd):
     def outage(_job):
         sshd.stop()  # ends the wait's connection and its stream
-        time.sleep(3)  # the outage: three of the wait's check intervals, its reconnects refused
-        sshd.start()
+        try:
+            time.sleep(3)  # the outage: three of the wait's check intervals, its reconnects refused
+        finally:
+            sshd.start()
 
     watcher = when_rows(sshd, "ssh_outage", 1, outage)
-    run_id, state, tasks = run(bag, "ssh_outage")
-    watcher.join(timeout=60)
-    assert not watcher.is_alive()
+    try:
+        run_id, state, tasks = run(bag, "ssh_outage")
+    finally:
+        outcome = watcher.done()
+        if sshd.proc is None:  # the outage outlived the run: the module's next tests need the server
+            sshd.start()
+    assert outcome == ["acted"]
     log = "".join(capfd.readouterr())
     assert "connection to gpu_loopback lost" in log and "reconnected to gpu_loopback" in log
     assert state == "success", tasks
@@ -152,9 +179,11 @@ def test_killed_benchmark_fails_within_one_check_and_keeps_its_rows(bag, sshd, c
         killed["at"] = datetime.now(UTC)
 
     watcher = when_rows(sshd, "ssh_killed", 3, kill)
-    run_id, state, tasks = run(bag, "ssh_killed")
-    watcher.join(timeout=10)
-    assert not watcher.is_alive()
+    try:
+        run_id, state, tasks = run(bag, "ssh_killed")
+    finally:
+        outcome = watcher.done()
+    assert outcome == ["acted"]
     log = "".join(capfd.readouterr())
     assert killed and state == "failed" and tasks["wait_done"] == "failed"
     assert "benchmark died without writing 'ALL_DONE'" in log

@@ -117,6 +117,33 @@ def test_async_shell_refuses_a_changed_host_key(conn, tmp_path):
         asyncio.run(SSHSession.connect(conn(host_key=other_host_key(tmp_path))))
 
 
+def test_a_command_cut_off_by_a_stopped_server_is_a_lost_connection_not_an_answer(sshd):
+    """sshd stops mid-command (a reboot, a network cut): the wait must reconnect, so the partial (here empty)
+    output may never come back as if the command had printed it."""
+    from benchflow.triggers import _connection_errors
+
+    started = sshd.workdir / "cut.started"
+    started.unlink(missing_ok=True)
+
+    async def cut_off() -> None:
+        session = await SSHSession.connect("gpu_loopback")
+        try:
+            command = asyncio.ensure_future(session.run(f"touch {started}; sleep 30; echo late", timeout=60))
+            while not started.exists():
+                await asyncio.sleep(0.05)
+            sshd.stop()
+            await command
+        finally:
+            await session.close()
+
+    try:
+        with pytest.raises(_connection_errors()):
+            asyncio.run(cut_off())
+    finally:
+        if sshd.proc is None:
+            sshd.start()
+
+
 @pytest.mark.parametrize("bad", ["relative/dir", "/srv/$(id)", "/srv/../etc", "/srv/a;b"])
 def test_workdir_must_be_a_plain_absolute_path(conn, bad):
     with pytest.raises(HostUnusable, match="extra 'workdir' must be an absolute path"):

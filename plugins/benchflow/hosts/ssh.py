@@ -109,6 +109,8 @@ class SSHHost(Host):
             if "timed out" in str(exc):
                 raise HostError(f"command timed out after {timeout:.0f} s on host {self.name!r}") from exc
             raise
+        if rc == -1:  # paramiko's "no exit status": the channel closed mid-command, its output is partial
+            raise HostError(f"host {self.name!r}: the connection closed before the command finished")
         return CommandResult(rc, out.decode(errors="replace"), err.decode(errors="replace"))
 
     def put_file(self, local: Path, remote: str) -> None:
@@ -152,7 +154,11 @@ class SSHSession(AsyncSession):
 
     async def run(self, command: str, timeout: float) -> tuple[int, str]:
         result = await self.conn.run(command, timeout=timeout, check=False)
-        return result.exit_status or 0, str(result.stdout or "")
+        if result.exit_status is None:
+            # The channel closed before the command said how it ended (sshd stopped, the network cut): what it
+            # printed is partial, so this is a lost connection to reconnect from, never an (empty) answer.
+            raise ConnectionResetError("the connection closed before the command finished")
+        return result.exit_status, str(result.stdout or "")
 
     async def lines(self, command: str) -> AsyncIterator[str]:
         proc = await self.conn.create_process(command)
