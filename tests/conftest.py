@@ -56,11 +56,33 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     create_postgres_database(TEST_DB, template=migrated_template())
 
 
+EXIT_GRACE_S = 120  # what a test process may take to clean up and exit once its tests are over
+
+
+def exit_watchdog(status: int) -> None:
+    """No test process outlives its session: a cleanup that blocks, or a thread left blocked (an executor's, a
+    client's) holding the interpreter's exit, would hold the whole run under xdist until CI's own limit. Past
+    EXIT_GRACE_S every thread's stack goes to stderr and the process exits with the session's status."""
+    import faulthandler
+    import sys
+    import threading
+
+    def stuck() -> None:
+        sys.stderr.write(f"\nthis test process did not exit {EXIT_GRACE_S} s after its tests; its threads:\n")
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(status)
+
+    timer = threading.Timer(EXIT_GRACE_S, stuck)
+    timer.daemon = True
+    timer.start()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     import sys
 
     from benchflow.warehouse.hooks import drop_postgres_database
 
+    exit_watchdog(int(exitstatus))
     if "airflow.settings" in sys.modules:  # this process's pooled connections go first, not at exit
         sys.modules["airflow.settings"].dispose_orm()
     drop_postgres_database(TEST_DB)

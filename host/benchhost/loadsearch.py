@@ -20,9 +20,10 @@ undersized probe are the rules that judge it.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -30,6 +31,10 @@ CONFIDENCE = 0.95
 METRICS = ("ttft", "tpot", "itl", "e2e")
 OVER = ("concurrency", "request_rate")
 FAILED_KEY = "max_failed_fraction"
+# An SLO that does not bound the failed requests still may not pass a server that fails them: latency percentiles
+# are over the completed requests only, so one that fails fast would look quick.
+DEFAULT_MAX_FAILED = 0.01
+DEFAULT_FAILED_KEY = f"{FAILED_KEY} (default)"
 SLO_KEY_RE = re.compile(r"^p(?P<p>\d+(?:\.\d+)?)_(?P<metric>[a-z0-9]+)_ms$")
 VerdictName = Literal["pass", "fail", "undecided"]
 Reason = Literal["converged", "budget", "range"]
@@ -38,18 +43,21 @@ Reason = Literal["converged", "budget", "range"]
 # ---------------------------------------------------------------- binomial probabilities
 
 
-def _log_pmfs(n: int, p: float, upto: int) -> list[float]:
-    """``log P(Bin(n, p) = i)`` for ``i = 0..upto``: the binomial coefficients exact (integers, each from the
-    last), so the only rounding is one logarithm per term, none accumulated."""
+def _cdf_walk(n: int, p: float) -> Iterator[float]:
+    """``P(Bin(n, p) ≤ k)`` for ``k = 0, 1, …, n``, lazily: each term's log from the last one's
+    (``log C(n, i+1) = log C(n, i) + log(n − i) − log(i + 1)``) and summed in log space, so that a caller stops
+    where its answer is (near the mean) and a million requests cost no more than the terms it reads."""
     if p <= 0.0 or p >= 1.0:
         hit = 0 if p <= 0.0 else n
-        return [0.0 if i == hit else -math.inf for i in range(upto + 1)]
+        yield from (0.0 if k < hit else 1.0 for k in range(n + 1))
+        return
     log_p, log_q = math.log(p), math.log1p(-p)
-    terms, comb = [], 1
-    for i in range(upto + 1):
-        terms.append(math.log(comb) + i * log_p + (n - i) * log_q)
-        comb = comb * (n - i) // (i + 1)
-    return terms
+    term, acc = n * log_q, -math.inf
+    for i in range(n + 1):
+        acc = _log_add(acc, term)
+        yield min(1.0, math.exp(acc))
+        if i < n:
+            term += math.log(n - i) - math.log(i + 1) + log_p - log_q
 
 
 def _log_add(a: float, b: float) -> float:
@@ -62,11 +70,7 @@ def _log_add(a: float, b: float) -> float:
 def binomial_cdfs(n: int, p: float, upto: int | None = None) -> list[float]:
     """``P(Bin(n, p) ≤ k)`` for ``k = 0..upto`` (default ``n``), summed in log space."""
     upto = n if upto is None else min(upto, n)
-    acc, out = -math.inf, []
-    for term in _log_pmfs(n, p, upto):
-        acc = _log_add(acc, term)
-        out.append(min(1.0, math.exp(acc)))
-    return out
+    return list(itertools.islice(_cdf_walk(n, p), upto + 1))
 
 
 def binomial_cdf(k: int, n: int, p: float) -> float:
@@ -76,19 +80,47 @@ def binomial_cdf(k: int, n: int, p: float) -> float:
     return 1.0 if k >= n else binomial_cdfs(n, p, k)[-1]
 
 
+def _last_at_most(n: int, p: float, level: float) -> int | None:
+    """The largest ``k < n`` with ``P(Bin(n, p) ≤ k) ≤ level`` (None: not even k = 0); walks up from 0."""
+    last = None
+    for k, cdf in enumerate(_cdf_walk(n, p)):
+        if k >= n or cdf > level:
+            return last
+        last = k
+    return last
+
+
+def _first_at_least(n: int, p: float, level: float) -> int | None:
+    """The smallest ``k < n`` with ``P(Bin(n, p) ≤ k) ≥ level`` (None: none below n); walks up from 0."""
+    for k, cdf in enumerate(_cdf_walk(n, p)):
+        if k >= n:
+            return None
+        if cdf >= level:
+            return k
+    return None
+
+
 # ---------------------------------------------------------------- bounds
+# Each walk starts from the side of the rarer outcome (``P(Bin(n, p) ≤ k) = 1 − P(Bin(n, 1 − p) ≤ n − k − 1)``),
+# so it reads about n·min(p, 1 − p) terms, never all n.
 
 
 def upper_rank(n: int, p: float, confidence: float = CONFIDENCE) -> int | None:
     """The smallest 1-based rank ``k`` with ``P(q_p ≤ x_(k)) ≥ confidence``; None when ``n`` is too small."""
-    cdfs = binomial_cdfs(n, p)
-    return next((k for k in range(1, n + 1) if cdfs[k - 1] >= confidence), None)
+    if p <= 0.5:
+        k = _first_at_least(n, p, confidence)  # P(Bin(n, p) ≤ k − 1) ≥ confidence
+        return None if k is None else k + 1
+    m = _last_at_most(n, 1.0 - p, 1.0 - confidence)  # the same, as P(Bin(n, 1 − p) ≤ n − k) ≤ 1 − confidence
+    return None if m is None else n - m
 
 
 def lower_rank(n: int, p: float, confidence: float = CONFIDENCE) -> int | None:
     """The largest 1-based rank ``j`` with ``P(x_(j) ≤ q_p) ≥ confidence``; None when ``n`` is too small."""
-    cdfs = binomial_cdfs(n, p)
-    return next((j for j in range(n, 0, -1) if 1.0 - cdfs[j - 1] >= confidence), None)
+    if p <= 0.5:
+        i = _last_at_most(n, p, 1.0 - confidence)  # P(Bin(n, p) ≤ j − 1) ≤ 1 − confidence
+        return None if i is None else i + 1
+    m = _first_at_least(n, 1.0 - p, confidence)  # the same, as P(Bin(n, 1 − p) ≤ n − j) ≥ confidence
+    return None if m is None else n - m
 
 
 @dataclass(frozen=True)
@@ -206,15 +238,46 @@ def undersized(slo: Mapping[str, float], prompts: int, confidence: float = CONFI
     return reasons
 
 
+def unreachable(over: str, high: float, prompts: int) -> str | None:
+    """Why a probe could not deliver the top of the range (None: it can). A probe is ``--num-prompts P
+    --max-concurrency L``: with P < L the client never has L requests in flight, so passing it says nothing
+    about L, and the answer may never be a load no probe put on the server."""
+    if over == "concurrency" and high > prompts:
+        return (
+            f"the range's top ({high:g}) is above prompts_per_probe ({prompts}): a probe of {prompts} requests "
+            f"never has more than {prompts} in flight, so it cannot measure that load; lower the top or raise "
+            "prompts_per_probe"
+        )
+    return None
+
+
 def _pct(fraction: float) -> str:
     return f"{fraction * 100:.10g}"
+
+
+LATENCY_FIELDS = ("ttft_ms", "e2e_ms", "mean_itl_ms")
+
+
+def completed(row: Mapping[str, Any]) -> bool:
+    """A request that succeeded with times that read: ``ok``, and each latency it gives a finite number ≥ 0. A
+    NaN or negative time from a client is a failed request (counted in the failed fraction), never a success
+    whose value would break the order statistics."""
+    if not row.get("ok"):
+        return False
+    for key in LATENCY_FIELDS:
+        value = row.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            return False
+    return True
 
 
 def request_value(row: Mapping[str, Any], metric: str) -> float | None:
     """A request's value of ``metric`` in ms (the sweep's ``requests.jsonl`` row), None when it has none:
     TPOT = (e2e − ttft) / (output tokens − 1); ITL is the request's mean gap (the gaps of one request are not
     independent samples, so the bound is over requests, not over gaps)."""
-    if not row.get("ok"):
+    if not completed(row):
         return None
     if metric == "tpot":
         e2e, ttft, tokens = row.get("e2e_ms"), row.get("ttft_ms"), row.get("output_tokens") or 0
@@ -264,6 +327,17 @@ def _decide(bounds: Bounds, limit: float) -> VerdictName:
     return "undecided"
 
 
+def _default_failed(bounds: Bounds) -> VerdictName:
+    """The failed fraction when the SLO does not bound it: fail once its lower bound is over
+    :data:`DEFAULT_MAX_FAILED`, undecided while the fraction seen is over it, else no obstacle to a pass (a probe
+    too small to bound it at that level still passes when none failed)."""
+    if bounds.lower is not None and bounds.lower > DEFAULT_MAX_FAILED:
+        return "fail"
+    if bounds.estimate is not None and bounds.estimate > DEFAULT_MAX_FAILED:
+        return "undecided"
+    return "pass"
+
+
 def judge_probe(
     requests: Sequence[Mapping[str, Any]], slo: Mapping[str, float], confidence: float = CONFIDENCE
 ) -> Verdict:
@@ -271,9 +345,13 @@ def judge_probe(
     clients report them); failed requests count in the failed fraction, judged when the SLO bounds it."""
     if not 0.5 < confidence < 1.0:
         raise ValueError(f"the confidence must be in (0.5, 1), got {confidence}")  # else the bounds may cross
-    failed = sum(1 for row in requests if not row.get("ok"))
+    failed = sum(1 for row in requests if not completed(row))
     checks = []
-    for objective in parse_slo(slo):
+    objectives = parse_slo(slo)
+    if all(o.metric is not None for o in objectives):  # no failed-fraction objective: the default one
+        bounds = proportion_bounds(failed, len(requests), confidence)
+        checks.append(Check(DEFAULT_FAILED_KEY, DEFAULT_MAX_FAILED, **asdict(bounds), verdict=_default_failed(bounds)))
+    for objective in objectives:
         if objective.metric is None:
             bounds = proportion_bounds(failed, len(requests), confidence)
         else:
@@ -291,7 +369,7 @@ def good_requests(requests: Iterable[Mapping[str, Any]], slo: Mapping[str, float
 
     def good(row: Mapping[str, Any]) -> bool:
         values = [(request_value(row, metric), limit) for metric, limit in limits]
-        return bool(row.get("ok")) and all(v is None or v <= limit for v, limit in values)
+        return completed(row) and all(v is None or v <= limit for v, limit in values)
 
     return sum(1 for row in requests if good(row))
 
@@ -580,6 +658,8 @@ class Plan:
         plan.search()  # range, over, precision, repeats
         if reasons := undersized(plan.slo, plan.prompts_per_probe, plan.confidence):
             raise ValueError("; ".join(reasons))
+        if reason := unreachable(plan.over, plan.high, plan.prompts_per_probe):
+            raise ValueError(reason)
         return plan
 
     def search(self) -> Search:

@@ -19,6 +19,7 @@ git. Its state is :class:`benchflow.analysis.bisect_search.Bisection` as JSON in
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import time
 from datetime import UTC, datetime
@@ -238,6 +239,10 @@ def start(conf: dict[str, Any], warehouse: Warehouse | None = None) -> dict[str,
         raise ConfError("bad", str(exc)) from None
     if not commits or commits[-1] != bad:
         raise ConfError("bad", f"{bad[:12]} does not change the payload folder {git.path!r} after {good[:12]}")
+    measured = set(measuring(spec, dict.fromkeys(conf["probe_conf"]), conf["case"], conf["repeats"]))
+    if fixed := sorted(set(conf["probe_conf"]) - measured):
+        why = "the bisection sets them itself: the commit, the host and the case (its own field)"
+        raise ConfError("probe_conf", f"may not set {', '.join(fixed)}: {why}")
     sample = probe_conf(spec, conf, bad, spec.host if len(spec.host_ids) > 1 else None)
     try:  # the campaign's own preflight would refuse it: refuse it here, before any probe
         check_conf(dict(spec.benchmark.args), bool(spec.configs), sample, dict(kind.form), ["payload_ref", "host"])
@@ -271,7 +276,10 @@ def start(conf: dict[str, Any], warehouse: Warehouse | None = None) -> dict[str,
 
 
 def reuse(bisection: Bisection, warehouse: Warehouse) -> list[str]:
-    """Seed the commits that earlier valid runs measured on the GPU model the campaign's latest valid run had."""
+    """Seed the inner commits that an earlier valid run measured the same way: the GPU model of the campaign's latest
+    valid run, the same spec, the same trigger conf but for what only selects the case (:func:`measuring`), at least
+    ``repeats`` values and no more spread among them than the spec's ``validity.repeat_cv_max``. The latest such
+    run of a commit is used, alone; every run passed over is named in ``meta["not_reused"]``, with why."""
     from benchflow.warehouse import queries
 
     meta = bisection.meta
@@ -283,15 +291,54 @@ def reuse(bisection: Bisection, warehouse: Warehouse) -> list[str]:
         return []
     gpu_model = str(latest["gpu_model"].iloc[0])
     meta["gpu_model"] = gpu_model
-    shas = [bisection.good, *bisection.commits]
-    found = queries.commit_samples(warehouse, meta["campaign"], meta["case"], meta["metric"], gpu_model, shas)
-    seeded = []
-    for sha, rows in found.groupby("payload_commit", sort=False):
-        runs = list(dict.fromkeys(str(r) for r in rows["run_id"]))
-        bisection.seed(str(sha), [float(v) for v in rows["value"]], ", ".join(runs))
-        meta["runs"].setdefault(str(sha), []).extend(runs)
-        seeded.append(str(sha))
-    return seeded
+    spec = campaign_spec(meta["campaign"])
+    wanted = measuring(spec, probe_conf(spec, meta["conf"], bisection.bad, None), meta["case"], bisection.repeats)
+    inner = bisection.commits[:-1]
+    found = queries.commit_samples(warehouse, meta["campaign"], meta["case"], meta["metric"], gpu_model, inner)
+    usable: dict[str, tuple[str, list[float]]] = {}
+    skipped = meta.setdefault("not_reused", [])
+    for (sha, run_id), rows in found.groupby(["payload_commit", "run_id"], sort=False):
+        values = [float(v) for v in rows["value"]]
+        why = _unlike(spec, wanted, rows.iloc[0], values, bisection.repeats, meta["case"])
+        if why:
+            skipped.append(f"{run_id} ({str(sha)[:12]}): {why}")
+        else:
+            usable[str(sha)] = (str(run_id), values)  # oldest first: the latest run of a commit wins
+    for sha, (run_id, values) in usable.items():
+        bisection.seed(sha, values, run_id)
+        meta["runs"].setdefault(sha, []).append(run_id)
+    return list(usable)
+
+
+def measuring(spec: CampaignSpec, conf: dict[str, Any], case: str, repeats: int) -> dict[str, Any]:
+    """What of a run's trigger conf changes what it measures: all of it but the commit, the host and what only
+    narrows the run to the case (the kind's ``case_conf``: ``m_list`` for a kernel)."""
+    kind = spec.result_kind
+    selecting = {"payload_ref", "host", "repeats"}
+    if kind.case_conf is not None:
+        selecting |= set(kind.case_conf(case, repeats))
+    return {k: v for k, v in conf.items() if k not in selecting}
+
+
+def _unlike(spec: CampaignSpec, wanted: dict[str, Any], run: Any, values: list[float], repeats: int, case: str) -> str:
+    """Why an earlier run's values are not what a probe would measure ("" when they are)."""
+    import json
+    import statistics
+
+    if run["spec_hash"] != spec.spec_hash():
+        return "the campaign's spec has changed since"
+    conf = measuring(spec, json.loads(run["conf"] or "{}"), case, repeats)
+    if conf != wanted:
+        differ = sorted(k for k in set(conf) | set(wanted) if conf.get(k) != wanted.get(k))
+        return f"its conf measured something else ({', '.join(differ)})"
+    if len(values) < repeats:
+        return f"{len(values)} values, fewer than the {repeats} repeats asked for"
+    mean = statistics.fmean(values)
+    spread = statistics.stdev(values) / mean if mean > 0 and len(values) > 1 else math.inf
+    limit = spec.validity.repeat_cv_max
+    if spread > limit:
+        return f"its values vary {spread:.0%} (coefficient of variation; limit {limit:.0%}, validity.repeat_cv_max)"
+    return ""
 
 
 def run_id_for(bisect_run_id: str, round_number: int, sha: str) -> str:

@@ -83,8 +83,7 @@ def build_all(
     only its spec is read and built, not every campaign's."""
     import gc
 
-    from benchflow.deadline import outer_seconds_left
-    from benchflow.spec import DAG_PREFIX, LIMITS, FieldError, SpecError, spec_paths
+    from benchflow.spec import DAG_PREFIX, spec_paths
 
     paths, errors = spec_paths()
     if only_dag is not None:
@@ -96,28 +95,52 @@ def build_all(
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for path in paths:
-            seconds = LIMITS.build_seconds()
-            if (left := outer_seconds_left()) is not None:
-                if left < FILE_RESERVE_S + 0.5:
-                    late = (
-                        "not built: the specs before it used the DAG file's import timeout "
-                        "([core] dagbag_import_timeout); raise it, or have fewer or smaller specs"
-                    )
-                    errors.append(SpecError(path, [FieldError("", late, None)]))
-                    continue
-                seconds = min(seconds, max(left - FILE_RESERVE_S, 0.1))
-            try:
-                _, dag = load_and_build(path, build, register, seconds)
-            except SpecError as exc:
-                errors.append(exc)
-                continue
-            if dag is not None:
-                dags.append(dag)
+        # Two passes: every spec first within QUICK_S (a spec takes milliseconds), then the ones that needed more,
+        # each with its whole budget; slow specs are never the reason a quick one after them is not built.
+        slow = [path for path in paths if not _build_into(dags, errors, path, build, register, QUICK_S)]
+        for path in slow:
+            _build_into(dags, errors, path, build, register, None)
     finally:
         if was_enabled:
             gc.enable()
     return dags, errors
+
+
+QUICK_S = 1.0  # a spec's first try in build_all; the largest the limits allow builds in a few tenths
+
+
+def _build_into(
+    dags: list[DAG], errors: list[SpecError], path: Path, build: bool, register: bool, quick: float | None
+) -> bool:
+    """Build one spec into ``dags`` (or its error into ``errors``) within its budget, ``quick`` s at most when given,
+    and never past :data:`FILE_RESERVE_S` before the DAG file's import timeout; False: it needs more than ``quick``."""
+    from benchflow.deadline import OverBudget, outer_seconds_left
+    from benchflow.spec import LIMITS, FieldError, SpecError
+
+    seconds = LIMITS.build_seconds()
+    if (left := outer_seconds_left()) is not None:
+        if left < FILE_RESERVE_S + 0.5:
+            late = (
+                "not built: the specs before it used the DAG file's import timeout "
+                "([core] dagbag_import_timeout); raise it, or have fewer or smaller specs"
+            )
+            errors.append(SpecError(path, [FieldError("", late, None)]))
+            return True
+        seconds = min(seconds, max(left - FILE_RESERVE_S, 0.1))
+    try:
+        if quick is not None and quick < seconds:
+            try:
+                _, dag = load_and_build(path, build, register, quick, over_budget=True)
+            except OverBudget:
+                return False
+        else:
+            _, dag = load_and_build(path, build, register, seconds)
+    except SpecError as exc:
+        errors.append(exc)
+        return True
+    if dag is not None:
+        dags.append(dag)
+    return True
 
 
 def warm_up() -> None:
@@ -136,11 +159,11 @@ def warm_up() -> None:
 
 
 def load_and_build(
-    path: Path, build: bool = True, register: bool = True, seconds: float | None = None
+    path: Path, build: bool = True, register: bool = True, seconds: float | None = None, over_budget: bool = False
 ) -> tuple[CampaignSpec, DAG | None]:
     """One spec read, checked and (when ``build``) built within its time budget (``seconds``, a spec's by
-    default); every failure, the budget's included, is a :class:`SpecError` of its file. ``bench validate`` runs
-    exactly this."""
+    default); every failure, the budget's included, is a :class:`SpecError` of its file (``over_budget``: the
+    budget's is :class:`~benchflow.deadline.OverBudget`, to try again). ``bench validate`` runs exactly this."""
     from benchflow.deadline import OverBudget, time_budget
     from benchflow.spec import LIMITS, FieldError, SpecError, load_checked
 
@@ -150,6 +173,8 @@ def load_and_build(
             spec = load_checked(path)
             return spec, build_checked(spec, path, register) if build else None
     except OverBudget:
+        if over_budget:
+            raise
         work = "reading, checking and building it" if build else "reading and checking it"
         message = (
             f"not built: {work} took more than {seconds:.3g} s, a spec's budget "

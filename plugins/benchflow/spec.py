@@ -502,10 +502,28 @@ def load_spec(path: Path, payloads: Path | None = None) -> CampaignSpec:
     try:
         return CampaignSpec.model_validate(data, context={"kernels_dir": payloads})
     except ValidationError as exc:
+        found = exc.errors()
         errors = [
-            FieldError(_dotted(tuple(e["loc"])), _message(e, data), _line(root, tuple(e["loc"]))) for e in exc.errors()
+            FieldError(_dotted(tuple(e["loc"])), _message(e, data), _line(root, tuple(e["loc"])))
+            for e in found[:SHOWN_ERRORS]
         ]
-        raise SpecError(path, errors) from None
+        raise SpecError(path, errors + _more(len(found))) from None
+
+
+SHOWN_ERRORS = 20  # a spec's problems listed one by one; the rest are counted (20,000 unknown keys read as one line)
+
+
+def _more(found: int) -> list[FieldError]:
+    """The line that counts what is past :data:`SHOWN_ERRORS` (none when nothing is)."""
+    if found <= SHOWN_ERRORS:
+        return []
+    return [
+        FieldError(
+            "",
+            f"and {found - SHOWN_ERRORS} more problems of the same kinds (the first {SHOWN_ERRORS} are listed)",
+            None,
+        )
+    ]
 
 
 def _message(error: Any, data: dict[str, Any]) -> str:
@@ -628,7 +646,7 @@ def _key_problems(root: Any, path: Path, text: str) -> list[FieldError]:
             children = [(item, f"{where}.{index}", depth + 1) for index, item in enumerate(node.value)]
         stack.extend(reversed(children))
     problems.sort(key=lambda p: p.line or 0)
-    return problems
+    return problems[:SHOWN_ERRORS] + _more(len(problems))
 
 
 def _alias_error(text: str, where: str) -> FieldError:

@@ -50,6 +50,25 @@ def biggest_serving_spec() -> str:
     return yaml.safe_dump(json.loads(json.dumps(spec)))  # no shared objects, so no aliases
 
 
+def unknown_keys() -> str:
+    """20,000 unknown keys, 189 KB: within the size limits, and each key an error."""
+    keys = "".join(f"k{i}: 1\n" for i in range(20_000))
+    return (CAMPAIGNS / "moe_kernel_local.yaml").read_text() + keys
+
+
+def rare_percentile_search() -> str:
+    """A few hundred bytes asking for the P0.0001 of 10**6 requests per probe: a probe far too small for it."""
+    spec = yaml.safe_load((CAMPAIGNS / "serving_local.yaml").read_text())
+    spec["benchmark"]["args"] = {"client": "sglang", "input_len": 16, "output_len": 8}
+    spec["benchmark"]["search"] = {
+        "over": "concurrency",
+        "range": [1, 8],
+        "slo": {"p0.0001_ttft_ms": 2000},
+        "prompts_per_probe": 1_000_000,
+    }
+    return yaml.safe_dump(spec)
+
+
 @pytest.fixture
 def hostile(tmp_path):
     folder = tmp_path / "campaigns"
@@ -64,6 +83,8 @@ def hostile(tmp_path):
     os.symlink(secret, folder / "leak.yaml")
     (folder / "shout.YAML").write_text((CAMPAIGNS / "moe_kernel_local.yaml").read_text())
     (folder / "slow.yaml").write_text(biggest_serving_spec())
+    (folder / "unknown.yaml").write_text(unknown_keys())
+    (folder / "rare.yaml").write_text(rare_percentile_search())
     return folder
 
 
@@ -93,6 +114,11 @@ def test_dagbag_loads_every_other_campaign_and_names_each_hostile_spec(hostile):
     assert "bomb.yaml:2: a1.0: YAML aliases (*name) are not allowed in a campaign spec" in error
     assert "leak.yaml:?: <top>: is a symbolic link to a file outside the campaigns folder: not read" in error
     assert "shout.YAML:?: <top>: a spec's file name ends in .yaml or .yml, in lower case: rename it" in error
+    # Twenty of the unknown keys by line, the rest counted; the rare percentile refused for its probe size.
+    assert "unknown.yaml:24: k0: unknown field" in error
+    assert "unknown.yaml:?: <top>: and 19980 more problems of the same kinds (the first 20 are listed)" in error
+    assert error.count("unknown.yaml:") == 21
+    assert "p0.0001_ttft_ms: a P0.0001 bound at 95 % confidence needs at least 2995731 requests" in error
     assert "slow.yaml" not in error
     for secret in SECRETS:
         assert secret not in result.stdout + result.stderr
@@ -122,7 +148,7 @@ def test_bench_validate_refuses_each_hostile_spec_and_returns(hostile):
     assert "moe_kernel_local: ok" in result.stdout and "serving_local: ok" in result.stdout
     for name in ("bomb.yaml:2:", "leak.yaml:?:", "shout.YAML:?:"):
         assert name in result.stderr, result.stderr
-    assert "3 of 6 specs invalid" in result.stderr
+    assert "5 of 8 specs invalid" in result.stderr
     for secret in SECRETS:
         assert secret not in result.stdout + result.stderr
     slow = subprocess.run(
@@ -136,7 +162,7 @@ def test_bench_validate_refuses_each_hostile_spec_and_returns(hostile):
     assert (
         slow.returncode == 1
         and "slow.yaml:?: <top>: not built" in slow.stderr
-        and "6 of 6 specs invalid" in slow.stderr
+        and "8 of 8 specs invalid" in slow.stderr
     )
 
 

@@ -213,7 +213,38 @@ def test_failed_requests_count_in_the_failed_fraction_not_in_the_percentiles():
     ttft, failed = verdict.checks
     assert ttft.n == 290 and failed.n == 300 and failed.estimate == pytest.approx(10 / 300)
     assert failed.verdict == "fail" and failed.lower > 0.01 and verdict.verdict == "fail"
-    assert ls.judge_probe([row(0, 0, ok=False)] * 400, {"p50_ttft_ms": 100}).verdict == "undecided"
+    assert ls.judge_probe([row(0, 0, ok=False)] * 400, {"p50_ttft_ms": 100}).verdict == "fail"
+
+
+def test_an_slo_without_a_failed_fraction_still_fails_a_server_that_fails_requests():
+    """Percentiles are over completed requests: a server failing 70 % fast would pass on latency alone."""
+    slo = {"p50_ttft_ms": 100}
+    rows = [row(50, 400) for _ in range(120)] + [row(0, 0, ok=False) for _ in range(280)]
+    judged = ls.judge_probe(rows, slo)
+    default, ttft = judged.checks
+    assert default.key == "max_failed_fraction (default)" and default.limit == ls.DEFAULT_MAX_FAILED == 0.01
+    assert default.verdict == "fail" and ttft.verdict == "pass" and judged.verdict == "fail"
+    assert "max_failed_fraction (default) 0.66…0.7377 vs 0.01: fail" in judged.text()
+    # A small probe with nothing failed passes although 20 requests cannot bound 1 %; one failure in 20 is more
+    # than 1 % seen, so the probe is undecided (repeats pool more requests) rather than passed.
+    assert ls.judge_probe([row(50, 400)] * 20, slo).verdict == "pass"
+    assert ls.judge_probe([row(50, 400)] * 19 + [row(0, 0, ok=False)], slo).verdict == "undecided"
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -5.0])
+def test_a_request_whose_latency_does_not_read_is_a_failed_request(bad):
+    """A NaN from the client is not a success: it would sort anywhere and break the order statistics (a probe
+    whose true P99 was 5 s passed a 2 s SLO)."""
+    slo = {"p99_e2e_ms": 2000, "max_failed_fraction": 0.05}
+    slow = [row(100, 5000) for _ in range(10)]  # the true P99 is 5 s
+    rows = [row(100, 900) for _ in range(290)] + slow
+    for r in slow:
+        r["e2e_ms"] = bad
+    judged = ls.judge_probe(rows, slo)
+    e2e, failed = judged.checks
+    assert judged.failed == 10 and e2e.n == 290 and failed.estimate == pytest.approx(10 / 300)
+    assert ls.request_value(slow[0], "e2e") is None and not ls.completed(slow[0])
+    assert ls.good_requests(rows, slo) == 290
 
 
 def test_an_undersized_probe_can_never_pass():

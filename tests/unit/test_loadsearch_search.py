@@ -227,7 +227,7 @@ def test_the_state_machine_refuses_what_it_did_not_ask_for():
 def test_the_plan_reads_the_specs_section_and_refuses_an_undersized_probe():
     section = {
         "over": "concurrency",
-        "range": [1, 512],
+        "range": [1, 256],
         "slo": {"p99_ttft_ms": 2000, "p99_tpot_ms": 80, "max_failed_fraction": 0.01},
         "precision": 0.1,
         "prompts_per_probe": 400,

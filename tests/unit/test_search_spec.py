@@ -22,7 +22,7 @@ EXAMPLE = yaml.safe_load(
     textwrap.dedent(
         """\
         over: concurrency            # or request_rate
-        range: [1, 512]
+        range: [1, 256]
         slo: {p99_ttft_ms: 2000, p99_tpot_ms: 80, max_failed_fraction: 0.01}
         precision: 0.1               # stop when the bracket is within 10 %
         prompts_per_probe: 400       # checked against the percentile the SLO names
@@ -41,16 +41,27 @@ def refused(section: dict) -> list[tuple[str, str]]:
 
 def test_the_issues_example_reads_and_goes_to_the_sweep_as_json():
     spec = SearchSpec.model_validate(EXAMPLE)
-    assert spec.range == (1, 512) and spec.confidence == 0.95 and spec.budget.probes == 30
+    assert spec.range == (1, 256) and spec.confidence == 0.95 and spec.budget.probes == 30
     plan = search.loadsearch.Plan.from_dict(json.loads(spec.argument()))  # what sweep.py --search reads
     assert (plan.over, plan.low, plan.high, plan.slo, plan.prompts_per_probe) == (
         "concurrency",
         1,
-        512,
+        256,
         EXAMPLE["slo"],
         400,
     )
-    assert spec.most_probes() == 30  # the budget binds: 3 repeats × 15 loads would be 45
+    assert spec.most_probes() == 30  # the budget binds: 3 repeats × 14 loads would be 42
+
+
+def test_a_range_above_what_a_probe_can_put_in_flight_is_refused():
+    """--num-prompts P --max-concurrency L with P < L never has L requests in flight: the answer could be a
+    load no probe measured (the README's own [1, 512] with 400 prompts, a range up to 10**6)."""
+    for top in (512, 10**6):
+        ((where, message),) = refused({**EXAMPLE, "range": [1, top]})
+        assert where == "" and f"the range's top ({top:g}) is above prompts_per_probe (400)" in message
+    with pytest.raises(ValueError, match="cannot measure that load"):
+        search.loadsearch.Plan.from_dict({**EXAMPLE, "range": [1, 401]})  # the host's own guard
+    assert SearchSpec.model_validate({**EXAMPLE, "range": [1, 400]}).range == (1, 400)
 
 
 def test_defaults_fill_what_the_example_leaves_out():

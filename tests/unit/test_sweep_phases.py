@@ -16,7 +16,7 @@ import sweep
 
 pytestmark = pytest.mark.unit
 
-SEARCH = {"over": "concurrency", "range": [1, 32], "slo": {"p50_e2e_ms": 500}, "prompts_per_probe": 20}
+SEARCH = {"over": "concurrency", "range": [1, 16], "slo": {"p50_e2e_ms": 500}, "prompts_per_probe": 20}
 
 
 def args(*extra: str):
@@ -73,6 +73,7 @@ def test_search_arguments_are_checked_before_any_client_runs(capsys):
     for bad, says in (
         ({**SEARCH, "prompts_per_probe": 4}, "needs at least 5 requests"),
         ({**SEARCH, "range": [32, 1]}, "0 < low < high"),
+        ({**SEARCH, "range": [1, 32]}, "never has more than 20 in flight"),
         ({**SEARCH, "over": "tokens"}, "over must be one of"),
         ({k: v for k, v in SEARCH.items() if k != "slo"}, "slo"),
     ):

@@ -230,9 +230,12 @@ class Bisection:
     # -- feeding it --------------------------------------------------------------------------------------
 
     def seed(self, sha: str, samples: Sequence[float], source: str) -> None:
-        """Values measured by an earlier run (``source`` names it); used like a probe's, costing none."""
+        """Values measured by an earlier run (``source`` names it); used like a probe's, costing none. Never for
+        the two ends: whether the regression reproduces is measured by the bisection itself, at one time."""
         if sha not in self._position or sha in self.outstanding:
             raise ValueError(f"{sha}: not a commit of this bisection, or being probed")
+        if sha in (self.good, self.bad):
+            raise ValueError(f"{sha}: an end of the bisection, measured by its confirm step, never reused")
         values = _values(samples)
         if values:
             self.samples.setdefault(sha, []).extend(values)

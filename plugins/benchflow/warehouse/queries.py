@@ -453,15 +453,16 @@ def commit_samples(
     w: Warehouse, campaign: str, case_key: str, metric: str, gpu_model: str, commits: list[str]
 ) -> pd.DataFrame:
     """Every ``ok`` value of one case and metric measured by the campaign's valid runs of these payload commits
-    on this GPU model (what a bisection reuses), oldest run first: payload_commit, run_id, value."""
+    on this GPU model (what a bisection may reuse), oldest run first: payload_commit, run_id, value, and the run's
+    trigger conf and spec hash (what it measured)."""
     import pandas as pd
 
     if not commits:
-        return pd.DataFrame(columns=["payload_commit", "run_id", "value"])
+        return pd.DataFrame(columns=["payload_commit", "run_id", "value", "conf", "spec_hash"])
     p = w.p
     marks = ", ".join([p] * len(commits))
     return w.query(
-        "SELECT r.payload_commit, s.run_id, s.value FROM metric_samples s JOIN runs r "
+        "SELECT r.payload_commit, s.run_id, s.value, r.conf, r.spec_hash FROM metric_samples s JOIN runs r "
         "ON r.dag_id = s.dag_id AND r.run_id = s.run_id "
         f"WHERE s.campaign = {p} AND s.case_key = {p} AND s.metric = {p} AND s.gpu_model = {p} "
         f"AND s.validity = 'ok' AND r.payload_commit IN ({marks}) "

@@ -4,8 +4,8 @@
 benchmark:
   search:
     over: concurrency            # or request_rate
-    range: [1, 512]
-    slo: {p99_ttft_ms: 2000, p99_tpot_ms: 80, max_failed_fraction: 0.01}
+    range: [1, 256]              # its top at most prompts_per_probe (a probe never has more in flight)
+    slo: {p99_ttft_ms: 2000, p99_tpot_ms: 80, max_failed_fraction: 0.01}  # without it: 1 % by default
     precision: 0.1               # stop when the bracket is within 10 %
     prompts_per_probe: 400       # checked against the percentile the SLO names
     repeats: 3                   # the most per load; fewer when the first ones already decide
@@ -31,6 +31,7 @@ from pydantic import (
     StrictInt,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from benchhost import loadsearch
@@ -109,6 +110,12 @@ class SearchSpec(_Section):
         if slo and confidence and (reasons := undersized(slo, value, confidence)):
             raise ValueError("; ".join(reasons))
         return value
+
+    @model_validator(mode="after")
+    def _reachable(self) -> SearchSpec:
+        if reason := loadsearch.unreachable(self.over, self.range[1], self.prompts_per_probe):
+            raise ValueError(f"range: {reason}")
+        return self
 
     def argument(self) -> str:
         """The section as ``sweep.py --search`` takes it: compact JSON."""
