@@ -159,17 +159,22 @@ class Warehouse:
         description = self.hook.last_description or []
         return pd.DataFrame.from_records(rows or [], columns=[d[0] for d in description])
 
-    def read(self, text: str) -> pd.DataFrame:
+    def read(self, text: str, timeout_s: float | None = None) -> pd.DataFrame:
         """An analyst's statement (``bench sql``): exactly one of a reading kind (:mod:`.readonly`), run where it
         cannot write (:meth:`~.hooks.WarehouseHook.read_statement`); a DataFrame. Raises
-        :class:`~.readonly.RefusedStatement` for any other text."""
+        :class:`~.readonly.RefusedStatement` for any other text, :class:`TimeoutError` past ``timeout_s`` (five
+        minutes by default)."""
         from decimal import Decimal
 
         import pandas as pd
 
         from benchflow.warehouse.readonly import check
 
-        columns, rows = self.hook.read_statement(check(text))
+        columns, rows = (
+            self.hook.read_statement(check(text))
+            if timeout_s is None
+            else self.hook.read_statement(check(text), timeout_s)
+        )
         frame = pd.DataFrame.from_records(rows, columns=columns)
         for i in range(len(frame.columns)):  # PostgreSQL's numeric (sum, avg of integers): a number, not text
             values = frame.iloc[:, i].dropna()
@@ -216,6 +221,17 @@ class Warehouse:
                         tx.con, side.table, [c.name for c in side.columns], side_frame, [run.dag_id, run.run_id]
                     )
         return run.rows_loaded
+
+    def record_failed_run(self, run: RunRecord) -> bool:
+        """The ``runs`` row of a run that failed before its results were loaded (no rows, ``run.status``
+        ``failed``), unless the run already has one (its load wrote it: an invalid run keeps its quarantine).
+        True when written."""
+        with self.transaction() as tx:
+            if tx.rows(f"SELECT 1 FROM runs WHERE dag_id = {tx.p} AND run_id = {tx.p}", [run.dag_id, run.run_id]):
+                return False
+            run.rows_loaded = 0
+            self._put_run(tx, run)
+        return True
 
     def record_findings(
         self, dag_id: str, run_id: str, findings: list[Finding], verdict: Verdict | None = None
