@@ -202,6 +202,7 @@ class Warehouse:
         valid = validation is None or validation.success
         frame = kind.frame(rows) if valid else None
         run.rows_loaded = len(frame) if frame is not None else 0
+        run.rows_ok = _ok_rows(frame, kind)
         with self.transaction() as tx:
             self._put_run(tx, run)
             tx.delete_run(kind.table, run.dag_id, run.run_id)
@@ -327,7 +328,7 @@ class Warehouse:
         columns = (
             "dag_id, run_id, campaign, host, payload_sha256, spec_hash, status, started_at, ended_at, "
             "rows_loaded, host_facts, detail, logical_date, run_type, conf, gpu_model, gpu_count, gpu_driver, "
-            "cuda, git_sha, versions, payload_commit, payload_ref"
+            "cuda, git_sha, versions, payload_commit, payload_ref, rows_ok"
         )
         values = [
             run.dag_id,
@@ -353,8 +354,19 @@ class Warehouse:
             json.dumps(versions, sort_keys=True),
             run.payload_commit,
             run.payload_ref,
+            run.rows_ok,
         ]
         tx.execute(f"INSERT INTO runs ({columns}) VALUES ({', '.join([tx.p] * len(values))})", values)
+
+
+def _ok_rows(frame: pd.DataFrame | None, kind: ResultKind) -> int:
+    """Rows judged ok (a kind without a validity column counts every row; an unjudged row counts as ok)."""
+    if frame is None or not len(frame):
+        return 0
+    if not kind.validity or kind.validity not in frame.columns:
+        return len(frame)
+    column = frame[kind.validity]
+    return int((column.isna() | (column == "ok")).sum())
 
 
 def _side_frame(side: SideTable, rows: list[dict[str, Any]]) -> pd.DataFrame:
