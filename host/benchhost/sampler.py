@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from benchhost.telemetry.files import SAMPLE_COLUMNS as COLUMNS
+from benchhost.telemetry.files import plausible
 
 # Column → nvidia-smi --query-gpu names, most wanted first (nvidia-smi --help-query-gpu spells them).
 SMI_FIELDS = (
@@ -64,6 +65,7 @@ SMI_FIELDS = (
     ("clock_reasons", ("clocks_event_reasons.active", "clocks_throttle_reasons.active")),
 )
 NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+MAX_LINE = 64 * 1024  # the longest nvidia-smi line kept (a row of 8 GPUs' fields is under 200 bytes)
 NVML_ERROR_FUNCTION_NOT_FOUND = 13  # an Event-reasons call on a driver before 535
 
 
@@ -90,12 +92,18 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def cell(value: Any) -> str:
-    if value is None:
+def cell(column: str, value: Any) -> str:
+    """A CSV cell: empty for a value the GPU did not give or one it cannot have (:func:`plausible`)."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return ""
-    if isinstance(value, float):
-        return f"{value:.3f}" if math.isfinite(value) else ""
-    return str(value)
+    if column in ("t", "index"):
+        return f"{value:.3f}" if isinstance(value, float) else str(value)
+    kept = plausible(column, float(value))
+    if kept is None:
+        return ""
+    return str(int(value)) if isinstance(value, int) else f"{kept:.3f}"
 
 
 class Writer:
@@ -117,7 +125,7 @@ class Writer:
 
     def write(self, rows: list[dict[str, Any]]) -> bool:
         """Append rows; False (and nothing written) once the limit is reached."""
-        text = "".join(",".join(cell(row.get(c)) for c in COLUMNS) + "\n" for row in rows)
+        text = "".join(",".join(cell(c, row.get(c)) for c in COLUMNS) + "\n" for row in rows)
         if self.size + len(text.encode()) > self.max_bytes:
             self.truncated_at = time.time()
             return False
@@ -262,6 +270,14 @@ def smi_time(text: str) -> float:
         return time.time()
 
 
+def hex_number(text: str) -> int | None:
+    """``0x0000000000000004`` → 4; anything else (``0xZZ``, ``[N/A]``) is None, an empty cell."""
+    try:
+        return int(text, 16) if text.lower().startswith("0x") else None
+    except ValueError:
+        return None
+
+
 def smi_row(line: str, columns: list[str]) -> dict[str, Any] | None:
     """One CSV line of the loop, cells by position (the header echoes canonical names, not the asked ones);
     None for a line that is not a row (an error message nvidia-smi printed instead)."""
@@ -275,9 +291,12 @@ def smi_row(line: str, columns: list[str]) -> dict[str, Any] | None:
         elif column == "uuid":
             row["uuid"] = text
         elif column == "clock_reasons":
-            row["clock_reasons"] = int(text, 16) if text.lower().startswith("0x") else None
-        else:
+            row["clock_reasons"] = hex_number(text)
+        elif column == "index":
             value = smi_number(text)
+            row["index"] = round(value) if value is not None and 0 <= value < 1024 else None
+        else:
+            value = plausible(column, smi_number(text))
             row[column] = value if column == "power_w" or value is None else round(value)
     return row if row.get("index") is not None else None
 
@@ -342,6 +361,10 @@ class Smi:
                     why = "signal" if stop.requested or code == -signal.SIGTERM else f"nvidia-smi exited ({code})"
                     break
                 *lines, pending = (pending + chunk).split(b"\n")
+                if len(pending) > MAX_LINE:  # output that never ends its line: dropped, not held without bound
+                    self.skipped += 1
+                    self.last_error = f"a line of over {MAX_LINE} bytes without a newline"
+                    pending = b""
                 rows = [r for r in (self.parse(line, columns) for line in lines) if r is not None]
                 if rows and not writer.write(rows):
                     return "max-bytes"
@@ -432,6 +455,8 @@ def main(argv: list[str] | None = None) -> int:
     deadline = time.monotonic() + args.max_s if args.max_s else math.inf
     try:
         why = source.run(writer, args.period_ms / 1000, stop, deadline, on_first)
+    except Exception as exc:  # said in telemetry.json, as every other end is: the rows so far stay
+        why = f"error: {type(exc).__name__}: {exc}"[:500]
     finally:
         source.close()
     info.update({"stopped": time.time(), "stop_reason": why, "rows": writer.rows, "fields": source.info()["fields"]})
@@ -440,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         info.update({"skipped_lines": source.skipped, "last_skipped": source.last_error})
     write_json(args.out / "telemetry.json", info)
     print(f"telemetry: stopped ({why}), {writer.rows} rows", flush=True)
-    return 1 if why.startswith("nvidia-smi exited") else 0
+    return 1 if why.startswith(("nvidia-smi exited", "error:")) else 0
 
 
 if __name__ == "__main__":

@@ -7,10 +7,13 @@ SELECT r.*, CAST(COALESCE(r.logical_date, r.started_at) AS DATE) AS night
 FROM runs r
 WHERE r.status = 'ok';
 
+-- The latest run of each campaign that finished and has rows judged ok: one whose every row was noisy, throttled or
+-- contended measured nothing a user should read as the campaign's latest figures.
 CREATE VIEW latest_valid_runs AS
 SELECT * FROM (
     SELECT v.*, ROW_NUMBER() OVER (PARTITION BY v.campaign ORDER BY COALESCE(v.logical_date, v.started_at) DESC) AS recency
     FROM valid_runs v
+    WHERE COALESCE(v.rows_ok, v.rows_loaded) > 0
 ) ranked
 WHERE recency = 1;
 

@@ -439,10 +439,7 @@ def _results(spec: CampaignSpec, preflight: BaseOperator, deploy: BaseOperator, 
         },
     )
     detect = run("detect_regressions", step.detect_task, op_kwargs={"loaded": load.output})
-    verdict = PythonOperator(
-        task_id="verdict",
-        python_callable=step.verdict_task,
-        trigger_rule=TriggerRule.ALL_DONE,
-        op_kwargs={"load_task_id": load.task_id},
+    verdict = run(
+        "verdict", step.verdict_task, trigger_rule=TriggerRule.ALL_DONE, op_kwargs={"load_task_id": load.task_id}
     )
     detect >> verdict

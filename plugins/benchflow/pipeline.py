@@ -332,12 +332,22 @@ def detect_task(spec: CampaignSpec, loaded: dict[str, Any], run_id: str, **conte
     return {"regressions": len(findings), "verdict": verdict.state, "verdict_text": verdict.text()}
 
 
-def verdict_task(load_task_id: str, ti: Any, **context: Any) -> None:
-    """Fail the DAG run unless the benchmark reached its marker and its rows were valid and loaded."""
+def verdict_task(spec: CampaignSpec, load_task_id: str, ti: Any, **context: Any) -> None:
+    """Fail the DAG run unless the benchmark reached its marker and its rows were valid and loaded. A run that
+    failed before its load is recorded as ``failed`` (no rows), so that the warehouse counts every run."""
     from airflow.sdk.exceptions import AirflowFailException
+
+    from benchflow.warehouse import Warehouse
 
     loaded = ti.xcom_pull(task_ids=load_task_id)
     if loaded is None:
+        facts, deployed = ti.xcom_pull(task_ids="preflight"), ti.xcom_pull(task_ids="deploy_payload")
+        detail = "failed before its results were loaded: the first failed task of the run says why"
+        record = run_record(spec, context, "failed", detail, facts, deployed)
+        warehouse = Warehouse.from_airflow()
+        warehouse.migrate()
+        if warehouse.record_failed_run(record):
+            print(f"recorded run {record.run_id} as failed in {warehouse.location}")
         raise AirflowFailException("results were not loaded: see the failed task before 'verdict'")
     if loaded["status"] != "ok":
         raise AirflowFailException(

@@ -22,6 +22,7 @@ class RunRecord:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     rows_loaded: int = 0
+    rows_ok: int | None = None  # of rows_loaded, those judged ok (validity); None: not counted
     host_facts: dict[str, Any] = field(default_factory=dict)
     detail: str = ""
     logical_date: datetime | None = None

@@ -3,8 +3,10 @@ and the regression check.
 
 * A case's summary: mean, median, standard deviation and a 95 % confidence interval of the mean from
   Student's t. With the 3–5 repeats a phase gets, a bootstrap interval is too narrow (it cannot see beyond
-  the few values it resamples), while t accounts for the small sample; throughputs and latencies of
-  repeated phases are close enough to normal for it.
+  the few values it resamples), while t accounts for the small sample. Throughputs and latencies are positive
+  and their spread grows with their size, so for positive values the interval is taken on the logs (the mean
+  times ``exp(± t·s_log/√n)``, as the comparisons are): it never reaches below zero, however few and noisy
+  the repeats; a metric with a value of zero or below gets the linear interval.
 * A comparison of two cases (two configs, two runs, two nights): the ratio of their means with a 95 %
   interval, from Welch's t on the logarithms (a ratio is a difference of logs; Welch does not assume equal
   spreads), and the test's p-value. A difference is reported only when the interval excludes 1.
@@ -49,7 +51,11 @@ def summarize(values: Sequence[float], confidence: float = CONFIDENCE) -> Summar
     if n == 1:
         return Summary(1, mean, median, 0.0, mean, mean)
     std = statistics.stdev(data)
-    half = t_quantile(n - 1, confidence) * std / math.sqrt(n)
+    t = t_quantile(n - 1, confidence)
+    if min(data) > 0:
+        factor = math.exp(t * statistics.stdev(math.log(v) for v in data) / math.sqrt(n))
+        return Summary(n, mean, median, std, mean / factor, mean * factor)
+    half = t * std / math.sqrt(n)
     return Summary(n, mean, median, std, mean - half, mean + half)
 
 

@@ -280,11 +280,15 @@ def test_poke_mode_waits_in_a_worker_slot_and_succeeds(campaigns, var_dir, capfd
 
 
 def test_a_stop_that_fails_part_way_restarts_what_it_stopped(campaigns, var_dir):
-    _, state, tasks = run(campaigns, "e2e_rollback")
+    run_id, state, tasks = run(campaigns, "e2e_rollback")
     assert state == "failed" and tasks["stop_services"] == "failed"
     assert tasks["deploy_payload"] == "upstream_failed" and tasks["launch_benchmark"] == "upstream_failed"
     assert services_log(var_dir) == ["stopped", "refused", "started"]  # gpu_holder came back at once
     assert not (host_workdir(var_dir) / ".bench-host-lease").exists()
+    # The warehouse counts the run although nothing was loaded: failed, no rows, and where to look.
+    row = run_row(run_id)
+    assert (row["status"], row["rows_loaded"], row["campaign"]) == ("failed", 0, "e2e_rollback")
+    assert row["detail"].startswith("failed before its results were loaded")
 
 
 def test_a_misspelt_conf_key_stops_the_run_before_any_service_is_touched(campaigns, var_dir):

@@ -300,6 +300,31 @@ def test_repeats_give_intervals_and_a_real_difference_is_found(warehouse):
     assert rows[0].verdict(Side("serving_cmp", "pd")).startswith("serving_cmp:pd is worse by")
 
 
+def test_the_interval_of_a_positive_metric_never_reaches_below_zero_and_the_view_agrees(warehouse):
+    """Three noisy repeats of a throughput (5, 300, 2000 tok/s): a linear t interval would start at about -2400.
+    On the logs it stays positive, and case_summary gives what benchflow.stats.summarize gives, on both
+    backends; a metric that can be zero or below keeps the linear interval."""
+    from benchflow.stats import summarize
+
+    values = [5.0, 300.0, 2000.0]
+    found = summarize(values)
+    assert 0 < found.ci_low < found.mean < found.ci_high
+    assert summarize([-1.0, 2.0, 3.0]).ci_low < -1.0  # not all positive: linear
+    run = night_run("log_ci", 0)
+    rows = [
+        {"m": 16, "repeat": i + 1, "ms_per_call": 1.0, "tok_per_s": v, "us_per_token": 1e6 / v, "note": ""}
+        for i, v in enumerate(values)
+    ]
+    warehouse.load(run, KERNEL, rows)
+    summary = warehouse.query(
+        f"SELECT n, mean, ci_low, ci_high FROM case_summary WHERE run_id = {warehouse.p} AND metric = 'tok_per_s'",
+        [run.run_id],
+    ).to_dict("records")
+    assert summary and summary[0]["n"] == 3
+    assert summary[0]["ci_low"] == pytest.approx(found.ci_low, rel=1e-4)
+    assert summary[0]["ci_high"] == pytest.approx(found.ci_high, rel=1e-4)
+
+
 def test_no_difference_is_reported_as_none_in_at_least_95_percent_of_200_trials():
     """The same comparison on generated pairs of 3 repeats with 3 % noise and no real difference."""
     from benchflow.stats import compare

@@ -29,6 +29,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def client(tmp_path, monkeypatch, auth):  # noqa: F811
     monkeypatch.setenv("BENCH_VAR_DIR", str(tmp_path))
+    monkeypatch.setenv("BENCH_VIEW_TIMEOUT_S", "300")  # what these pages show, not how fast a busy machine draws them
     warehouse = Warehouse.at(tmp_path / "warehouse.duckdb")
     warehouse.migrate()
     tonight = fill_history(warehouse, tonight_scale=0.9)
@@ -128,6 +129,29 @@ def test_the_index_lists_every_spec_with_or_without_runs_and_verdicts_that_say_i
     assert "none found" not in local and "no regression" not in local
     spec_only = http.get("/campaign/serving_tp4")
     assert spec_only.status_code == 200 and "No run in the warehouse yet" in spec_only.text
+
+
+def test_a_run_whose_every_row_was_contended_is_no_valid_run(client):
+    """It finished (status ok) but measured nothing usable: never "the latest valid run", not counted as valid,
+    and the campaign page says why; a later run with ok rows is."""
+    http, _, root = client
+    warehouse = Warehouse.at(root / "warehouse.duckdb")
+    busy = night_run("moe_kernel_local", 1)
+    row = {"ms_per_call": 1.0, "tok_per_s": 1000.0, "us_per_token": 1000.0, "note": ""}
+    contended = [{"m": m, **row, "validity": "contended", "validity_reason": "contended: a CPU hog"} for m in (1, 2)]
+    warehouse.load(busy, KERNEL, contended)
+    sql = "SELECT status, rows_loaded, rows_ok FROM runs WHERE dag_id = ? AND run_id = ?"
+    run = warehouse.query(sql, [busy.dag_id, busy.run_id])
+    assert run.to_dict("records") == [{"status": "ok", "rows_loaded": 2, "rows_ok": 0}]
+    page = http.get("/").text
+    line = page.split(">moe_kernel_local</a>")[1].split("</tr>")[0]
+    assert "no valid run yet" in line and "<td>0 / 1</td>" in line
+    local = http.get("/campaign/moe_kernel_local").text
+    assert "finished, but none of its 2 rows was judged ok" in local
+    quiet = night_run("moe_kernel_local", 0)
+    warehouse.load(quiet, KERNEL, [{"m": 1, **row, "validity": "ok"}, {"m": 2, **row, "validity": "contended"}])
+    line = http.get("/").text.split(">moe_kernel_local</a>")[1].split("</tr>")[0]
+    assert quiet.run_id in line and "<td>1 / 2</td>" in line
 
 
 def test_a_page_shows_at_most_max_rows_and_says_how_many_there_are(client):

@@ -263,3 +263,37 @@ def test_parquet_needs_a_file(backend):
     _, _, env = backend
     refused = bench(env, "SELECT 1", "--format", "parquet")
     assert refused.returncode == 2 and "--out FILE" in refused.stderr
+
+
+def test_output_keeps_every_column_null_and_date_as_they_are(backend, tmp_path, sql):
+    """Two result columns of one name, a NULL and a DATE, in every format: nothing crashes, NULL is not NaN,
+    a DATE is a date; --out never writes through a symbolic link."""
+    _, _, env = backend
+    query = "SELECT run_id, run_id, CAST(NULL AS INTEGER) AS nothing, CAST('2026-12-01' AS DATE) AS night FROM runs"
+    done = sql(env, query, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)
+    assert set(row) == {"run_id", "run_id_2", "nothing", "night"} and row["run_id"] == row["run_id_2"]
+    assert row["nothing"] is None and row["night"] == "2026-12-01"
+    assert "two result columns are named 'run_id': the second is 'run_id_2'" in done.stderr
+    text = sql(env, query)
+    assert text.returncode == 0 and "NULL" in text.stdout and "NaN" not in text.stdout and "2026-12-01" in text.stdout
+    assert "00:00:00" not in text.stdout
+    parquet = tmp_path / "out.parquet"
+    assert sql(env, query, "--format", "parquet", "--out", str(parquet)).returncode == 0
+    assert list(pd.read_parquet(parquet).columns) == ["run_id", "run_id_2", "nothing", "night"]
+    target, link = tmp_path / "target.txt", tmp_path / "link.csv"
+    target.write_text("keep me\n")
+    link.symlink_to(target)
+    refused = sql(env, query, "--format", "csv", "--out", str(link))
+    assert refused.returncode == 1 and "is a symbolic link: not followed" in refused.stderr
+    assert target.read_text() == "keep me\n"
+
+
+def test_a_statement_past_its_timeout_is_cancelled(backend, sql):
+    _, _, env = backend
+    slow = "SELECT count(*) FROM range(100000000) a, range(100000000) b"
+    if backend[0] == "postgres":
+        slow = "SELECT count(*) FROM generate_series(1, 100000000) a, generate_series(1, 100000000) b"
+    done = sql(env, slow, "--timeout", "1")
+    assert done.returncode == 1 and "ran past 1 s and was cancelled (--timeout 1)" in done.stderr

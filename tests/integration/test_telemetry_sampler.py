@@ -145,6 +145,29 @@ def test_old_drivers_event_reasons_and_energy_missing_and_the_old_nvidia_smi_nam
             assert "power.draw.instant" not in info["fields"]
 
 
+def test_cells_a_gpu_cannot_have_are_empty_and_a_line_without_end_is_dropped_not_held(tmp_path):
+    """A broken driver's output: a bitmask that is not hex, a negative power, a temperature of 1e300, and 200 KB
+    without a newline. The sampler keeps sampling, writes those cells empty (never -400 W, which would integrate
+    to negative joules, nor a 309-digit number), and counts what it could not read."""
+    cells = {"clocks_event_reasons.active": "0xZZ", "power.draw.instant": "-400", "temperature.gpu": "1e300"}
+    write_scenario(tmp_path / "scenario.json", count=2, gpus=[{"cells": cells}, {}], unterminated=200_000)
+    out = tmp_path / "telemetry"
+    proc = start(out, env(tmp_path / "scenario.json", nvml=False), "--max-s", "1.5")
+    output, _ = proc.communicate(timeout=60)
+    info = json.loads((out / "telemetry.json").read_text())
+    assert proc.returncode == 0 and info["stop_reason"] == "max-s", output
+    assert info["skipped_lines"] >= 2  # the long line, dropped in pieces
+    samples = rows(out)
+    broken = [r for r in samples if r["index"] == "0"]
+    healthy = [r for r in samples if r["index"] == "1"]
+    assert broken and healthy and all(len(line) < 300 for line in (out / "samples.csv").read_text().splitlines())
+    assert all((r["clock_reasons"], r["power_w"], r["temp_c"]) == ("", "", "") for r in broken)
+    assert all(r["sm_mhz"] != "" and r["mem_used_mib"] != "" for r in broken)  # the rest of the row is kept
+    assert all(float(r["power_w"]) > 0 and r["clock_reasons"] != "" for r in healthy)
+    read = files.read_samples((out / "samples.csv").read_text())
+    assert all(s.power_w is None for s in read if s.index == 0)
+
+
 def test_the_size_limit_stops_appending_and_says_so(tmp_path):
     write_scenario(tmp_path / "scenario.json", count=4)
     out = tmp_path / "telemetry"

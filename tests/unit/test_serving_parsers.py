@@ -480,10 +480,48 @@ def test_a_block_turned_into_a_two_column_table_reads_the_same():
     assert parse_text(bold).rows[0]["mean_ttft_ms"] == 71.54
 
 
-def test_a_setting_the_block_contradicts_is_kept_from_above_and_reported():
+def test_a_setting_the_block_contradicts_is_kept_from_the_phase_and_reported():
     parsed = parse_text(PHASES[1] + "\n" + SGLANG.replace(*value("Max request concurrency", "16")) + "ALL_DONE\n")
     assert parsed.rows[0]["concurrency"] == 8
-    assert "line 5: 'Max request concurrency': '16' differs from the concurrency above (8), kept" in parsed.warnings
+    assert "line 5: 'Max request concurrency': '16' differs from the concurrency of the phase (8), kept" in (
+        parsed.warnings
+    )
+
+
+# A client's saved result echoed into the log above the next block (its keys are identifiers, not labels).
+SAVED = json.dumps({"backend": "sglang", "request_rate": 10.0, "max_concurrency": 8, "completed": 100, "duration": 9.5})
+
+
+def test_a_value_comes_only_from_its_own_block_never_from_a_json_record_or_text_above():
+    """The rule: a JSON record is a record, never a source of labels; a setting printed above a block (an
+    argument line, a sweep label) yields to the block's own line for it."""
+    text = SAVED + "\n" + SGLANG.replace(*value("Max request concurrency", "16"))
+    parsed = parse_text("--max-concurrency 4 --request-rate 2\n" + text)
+    (row,) = parsed.rows
+    assert row["concurrency"] == 16 and row["request_rate"] == rows_of(SGLANG)[0]["request_rate"]
+    assert row["completed"] == rows_of(SGLANG)[0]["completed"]
+    assert "line 2: a JSON record (a client's saved result) in the log: not read as labels" in parsed.warnings
+
+
+def test_a_digest_line_that_repeats_the_block_is_not_a_row_of_its_own():
+    r = rows_of(SGLANG)[0]
+    digest = (
+        f"PERF_LINES: Request throughput (req/s): {r['request_throughput']:.2f} | "
+        f"Output token throughput (tok/s): {r['output_throughput']:.2f} | Mean TTFT (ms): {r['mean_ttft_ms']:.2f}"
+    )
+    parsed = parse_text(SGLANG + digest + "\n" + SGLANG)
+    assert len(parsed.rows) == 2 and parsed.rows[0] == parsed.rows[1] == r
+    assert any("repeats the values of the result block at line 1: not a new row" in w for w in parsed.warnings)
+
+
+@pytest.mark.parametrize("code", ["`{}`", "`{}", "{}`"])
+def test_a_label_in_inline_code_or_behind_a_stray_backtick_is_read(code: str):
+    lines = SGLANG.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Mean TTFT"))
+    label, number = lines[at].split(":", 1)
+    lines[at] = code.format(label + ":") + number
+    parsed = parse_text("\n".join(lines) + "\n")
+    assert parsed.rows[0] == rows_of(SGLANG)[0] and not any("skipped a line" in w for w in parsed.warnings)
 
 
 @pytest.mark.parametrize("style", ["* {}", "• {}", "- {}", "**{}**"])

@@ -363,6 +363,39 @@ def test_kernel_energy_per_call_over_the_energy_loop_else_the_timed_calls():
     assert long["validity"] == "ok" and long["validity_unjudged"] == "contended: no host-load snapshots"
 
 
+@pytest.mark.parametrize("where", ["an hour away", "a dead sampler"])
+def test_a_phase_without_samples_in_or_next_to_it_is_unjudged_never_judged_from_elsewhere(where):
+    """Samples from a host clock an hour off, or a sampler that died before the phase: the phase's throttling and
+    energy would come from samples taken at another time. They are unjudged and empty instead, and say so."""
+    cfg = {**CFG, "gpus": [CFG["gpus"][1]]}  # throttled 1004–1006
+    samples = truth_samples(cfg, 0, 1000.0, 1008.0, 0.2)
+    # the benchmark's clock an hour ahead of the sampler's; or the sampler's last sample 12 s before the phase
+    phase_at = 1005.0 + 3600.0 if where == "an hour away" else 1020.0
+    timed = {"m": 8, "dtype": "bf16", "timed_start": phase_at, "timed_end": phase_at + 0.01, "timed_calls": 10}
+    rows = summary.kernel_rows(
+        [{"m": 8, "dtype": "bf16"}], [files.Phase("kernel", phase_at, phase_at + 0.5, timed)], samples
+    )
+    (row,) = rows
+    assert row["validity"] == "ok" and row["throttle_reasons"] == "" and row["j_per_call"] is None
+    assert "throttled: no GPU sample in or next to the phase" in row["validity_unjudged"]
+    # The same phase inside the samples' time is judged from them: throttled.
+    inside = {**timed, "timed_start": 1005.0, "timed_end": 1005.01}
+    (judged,) = summary.kernel_rows(
+        [{"m": 8, "dtype": "bf16"}], [files.Phase("kernel", 1005.0, 1005.5, inside)], samples
+    )
+    assert judged["validity"] == "throttled" and judged["j_per_call"] is not None
+    assert "throttled" not in judged["validity_unjudged"]
+
+
+def test_a_phase_shorter_than_the_period_is_not_interpolated_across_a_gap():
+    """Two samples around a short phase, ten minutes apart: no energy is made up between them."""
+    cfg = {**CFG, "gpus": [CFG["gpus"][0]]}
+    samples = truth_samples(cfg, 0, 1000.0, 1002.0, 0.2) + truth_samples(cfg, 0, 1600.0, 1602.0, 0.2)
+    assert energy.cut(samples, 1300.0, 1300.1) == []
+    assert energy.energy(samples, 1300.0, 1300.1).joules is None
+    assert len(energy.cut(samples, 1001.05, 1001.06)) == 2  # the two around it, one period apart
+
+
 def test_phase_gpu_rows_tie_each_gpu_to_its_server_per_config():
     cfg = {**CFG, "gpus": [{**CFG["gpus"][0], "busy": False}, CFG["gpus"][1], CFG["gpus"][0], CFG["gpus"][0]]}
     samples = [s for i in range(4) for s in truth_samples(cfg, i, 1000.0, 1010.0, 0.2)]

@@ -158,7 +158,10 @@ def cmd_sql(args: argparse.Namespace) -> int:
     configure_airflow()
     try:
         warehouse = Warehouse.from_airflow(read_only=True)
-        frame = warehouse.read(args.query)
+        frame = warehouse.read(args.query, args.timeout)
+    except TimeoutError as exc:
+        print(f"bench sql: {exc} (--timeout {args.timeout:g})", file=sys.stderr)
+        return 1
     except RefusedStatement as exc:
         print(f"bench sql: {exc}", file=sys.stderr)
         print("bench sql is read-only: it runs queries, never changes the warehouse", file=sys.stderr)
@@ -168,8 +171,18 @@ def cmd_sql(args: argparse.Namespace) -> int:
         if any(word in str(exc).lower() for word in ("read-only", "read only", "operations are disabled")):
             print("bench sql is read-only: it runs queries, never changes the warehouse", file=sys.stderr)
         return 1
+    out = Path(args.out) if args.out else None
+    if out is not None and out.is_symlink():
+        print(
+            f"bench sql: {out} is a symbolic link: not followed, nothing written (give the file itself)",
+            file=sys.stderr,
+        )
+        return 1
+    frame, renamed = unique_columns(frame)
+    for old_name, new_name in renamed:
+        print(f"bench sql: two result columns are named {old_name!r}: the second is {new_name!r}", file=sys.stderr)
     try:
-        write_frame(frame, args.format, Path(args.out) if args.out else None)
+        write_frame(frame, args.format, out)
     except OSError as exc:
         print(f"bench sql: {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 1
@@ -181,24 +194,80 @@ def cmd_sql(args: argparse.Namespace) -> int:
 SQL_FORMATS = ("text", "csv", "json", "parquet")
 
 
+def unique_columns(frame: Any) -> tuple[Any, list[tuple[str, str]]]:
+    """The frame with each repeated column name made unique (``m``, ``m_2``), and what was renamed: JSON objects
+    and Parquet files cannot hold two columns of one name, and a CSV header with two would be ambiguous."""
+    seen: set[str] = set()
+    names, renamed = [], []
+    for name in map(str, frame.columns):
+        new, n = name, 1
+        while new in seen:
+            n += 1
+            new = f"{name}_{n}"
+        seen.add(new)
+        names.append(new)
+        if new != name:
+            renamed.append((name, new))
+    if renamed:
+        frame = frame.set_axis(names, axis=1)
+    return frame, renamed
+
+
+def _dates_as_text(frame: Any) -> Any:
+    """A SQL DATE (Python ``date``, not ``datetime``) as ``2026-12-01``, never as a midnight timestamp."""
+    from datetime import date, datetime
+
+    def is_date(value: Any) -> bool:
+        return isinstance(value, date) and not isinstance(value, datetime)
+
+    for i in range(len(frame.columns)):
+        column = frame.iloc[:, i]
+        if column.dtype == object and any(is_date(v) for v in column.dropna()):
+            frame = frame.copy()
+            frame.isetitem(i, column.map(lambda v: v.isoformat() if is_date(v) else v))
+    return frame
+
+
 def write_frame(frame: Any, fmt: str, out: Path | None) -> None:
-    """``text``: the table as printed; ``csv``: a header line, then one line a row (empty for NULL);
-    ``json``: an array of objects (NULL, NaN and infinities as null: strict JSON; times in ISO 8601);
-    ``parquet``: a Parquet file (pyarrow), column types kept. To ``out``, else to stdout."""
+    """``text``: the table as printed, NULL as ``NULL``; ``csv``: a header line, then one line a row (empty for
+    NULL); ``json``: an array of objects (NULL, NaN and infinities as null: strict JSON; times in ISO 8601, a DATE
+    as ``YYYY-MM-DD``); ``parquet``: a Parquet file (pyarrow), column types kept. To ``out`` (written whole, then
+    moved into place), else to stdout."""
     if fmt == "parquet":
         assert out is not None
-        frame.to_parquet(out, index=False)
+        _replace(out, lambda tmp: frame.to_parquet(tmp, index=False))
         return
+    frame = _dates_as_text(frame)
     if fmt == "csv":
         text = frame.to_csv(index=False)
     elif fmt == "json":
         text = frame.to_json(orient="records", date_format="iso", force_ascii=False) + "\n"
     else:
-        text = (frame.to_string(index=False) if len(frame) else "(no rows)") + "\n"
+        shown = frame.astype(object).where(frame.notna(), "NULL")
+        text = (shown.to_string(index=False) if len(frame) else "(no rows)") + "\n"
     if out is None:
         sys.stdout.write(text)
     else:
-        out.write_text(text)
+        _replace(out, lambda tmp: tmp.write_text(text))
+
+
+def _replace(out: Path, write: Any) -> None:
+    """Write a sibling temporary file, then rename it onto ``out``: a link put there meanwhile is replaced, never
+    followed, and a reader never sees half a file."""
+    import os
+    import tempfile
+
+    handle, name = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent if str(out.parent) else ".")
+    os.close(handle)
+    tmp = Path(name)
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~umask)  # as a plain write would have made it, not mkstemp's 0600
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -323,7 +392,14 @@ SUBCOMMANDS: list[tuple[str, Callable[[argparse.Namespace], int], str, str, list
                 default="text",
                 help="text (default), csv, json (an array of objects) or parquet (needs --out)",
             ),
-            arg("--out", metavar="FILE", help="write the result to FILE instead of stdout"),
+            arg("--out", metavar="FILE", help="write the result to FILE instead of stdout (never through a link)"),
+            arg(
+                "--timeout",
+                type=float,
+                default=300.0,
+                metavar="SECONDS",
+                help="cancel the statement after this long (default 300)",
+            ),
         ],
     ),
     (

@@ -44,6 +44,7 @@ class GpuPhase:
     peak_temp_c: float | None
     reasons: tuple[str, ...]  # every clock-event reason seen
     throttle_reasons: tuple[str, ...]  # those that are throttling (not idle, not a clock setting)
+    judged: bool = True  # False: no sample in or next to the phase, so none of the above says anything
 
 
 def _at(points: Sequence[tuple[float, float]], t: float) -> float:
@@ -60,6 +61,20 @@ def _span(points: Sequence[tuple[float, float]], t0: float, t1: float) -> tuple[
     return lo, hi, coverage
 
 
+def max_gap(samples: Sequence[Sample]) -> float:
+    """The longest pause between two samples that still reads as one series: five median periods, two seconds at
+    least (a sampler starved by a busy CPU for a moment still counts); a sampler that stopped, or a clock that
+    jumped, leaves a longer one."""
+    gaps = sorted(b.t - a.t for a, b in pairwise(samples) if b.t > a.t)
+    return max(2.0, 5 * gaps[len(gaps) // 2]) if gaps else 2.0
+
+
+def _gapped(points: Sequence[tuple[float, float]], lo: float, hi: float, gap: float) -> bool:
+    """Whether two consecutive points around ``[lo, hi]`` lie further apart than ``gap``: a value there would be
+    interpolated across time nobody sampled."""
+    return any(tb - ta > gap for (ta, _), (tb, _) in pairwise(points) if tb >= lo and ta <= hi)
+
+
 def counter_energy(samples: Sequence[Sample], t0: float, t1: float) -> Energy | None:
     """From the energy counter; None when a sample lacks it or the counter went backwards (a driver reload)."""
     points = [(s.t, s.energy_j) for s in samples if s.energy_j is not None]
@@ -68,6 +83,8 @@ def counter_energy(samples: Sequence[Sample], t0: float, t1: float) -> Energy | 
     if any(b[1] < a[1] for a, b in pairwise(points)):
         return None
     lo, hi, coverage = _span(points, t0, t1)
+    if _gapped(points, lo, hi, max_gap(samples)) or (hi <= lo and t1 > t0):  # a gap, or no sample spans it
+        return Energy(None, "none", 0.0)
     joules = _at(points, hi) - _at(points, lo) if hi > lo else 0.0
     return Energy(joules, "counter", coverage)
 
@@ -78,6 +95,8 @@ def power_energy(samples: Sequence[Sample], t0: float, t1: float) -> Energy:
     if len(points) < 2:
         return Energy(None, "none", 0.0)
     lo, hi, coverage = _span(points, t0, t1)
+    if _gapped(points, lo, hi, max_gap(samples)):
+        return Energy(None, "none", 0.0)
     if hi <= lo:
         return Energy(0.0 if t1 <= t0 else None, "power_integral", coverage)
     inner = [(lo, _at(points, lo)), *((t, p) for t, p in points if lo < t < hi), (hi, _at(points, hi))]
@@ -92,13 +111,15 @@ def energy(samples: Sequence[Sample], t0: float, t1: float) -> Energy:
 
 def cut(samples: Sequence[Sample], start: float, end: float) -> list[Sample]:
     """The samples taken inside ``[start, end]``; for a phase shorter than the sampling period (none inside),
-    the two around it."""
+    the two around it when they are within one :func:`max_gap` of it; else none (the sampler had stopped, or
+    the host's clock is off): a phase is never judged from samples taken elsewhere in time."""
     inside = [s for s in samples if start <= s.t <= end]
     if inside:
         return inside
-    before = [s for s in samples if s.t < start][-1:]
-    after = [s for s in samples if s.t > end][:1]
-    return before + after
+    gap = max_gap(samples)
+    before = [s for s in samples if start - gap <= s.t < start][-1:]
+    after = [s for s in samples if end < s.t <= end + gap][:1]
+    return before + after if before and after else []
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -138,6 +159,7 @@ def gpu_phase(
         peak_temp_c=_max([s.temp_c for s in used]),
         reasons=tuple(seen),
         throttle_reasons=tuple(clock_reasons.throttling(seen, benign)),
+        judged=bool(used),
     )
 
 

@@ -28,6 +28,29 @@ SAMPLE_COLUMNS = (
 )
 
 
+# What a GPU can report, per column (inclusive): a value outside is a misread (a driver's sentinel, a garbled
+# line), kept as an empty cell; never a negative power that integrates to negative joules, nor a 1e300.
+PLAUSIBLE: dict[str, tuple[float, float]] = {
+    "power_w": (0.0, 10_000.0),
+    "energy_j": (0.0, 1e15),
+    "sm_mhz": (0.0, 100_000.0),
+    "mem_mhz": (0.0, 100_000.0),
+    "temp_c": (-60.0, 250.0),
+    "util_gpu_pct": (0.0, 100.0),
+    "util_mem_pct": (0.0, 100.0),
+    "mem_used_mib": (0.0, 1e9),
+    "clock_reasons": (0.0, 2.0**64 - 1),
+}
+
+
+def plausible(column: str, value: float | None) -> float | None:
+    """``value`` when finite and inside the column's :data:`PLAUSIBLE` range, else None (an empty cell)."""
+    if value is None or not math.isfinite(value):
+        return None
+    low, high = PLAUSIBLE.get(column, (-math.inf, math.inf))
+    return value if low <= value <= high else None
+
+
 @dataclass(frozen=True)
 class Sample:
     """One GPU at one time. None is a value the GPU did not give (never read as 0)."""
@@ -75,10 +98,11 @@ def read_samples(text: str) -> list[Sample]:
     for row in csv.DictReader(io.StringIO(text)):
         if None in row.values():  # a line cut off mid-write
             continue
-        t, index, reasons = _number(row.get("t")), _number(row.get("index")), _number(row.get("clock_reasons"))
-        if t is None or index is None:
+        t, index = _number(row.get("t")), _number(row.get("index"))
+        reasons = plausible("clock_reasons", _number(row.get("clock_reasons")))
+        if t is None or index is None or not 0 <= index < 1024:
             continue
-        v = {c: _number(row.get(c)) for c in SAMPLE_COLUMNS[3:11]}
+        v = {c: plausible(c, _number(row.get(c))) for c in SAMPLE_COLUMNS[3:11]}
         sample = Sample(
             t=t,
             index=int(index),

@@ -61,8 +61,16 @@ def _gpu_energy(samples: Mapping[int, Sequence[Sample]], gpus: Sequence[int], t0
     return {"energy_j": joules, "energy_method": method, "energy_coverage": min(p.coverage for p in parts)}
 
 
-def _judge(findings: dict[str, str | None], phase: Phase | None, samples: Mapping[int, Any], limits: Limits) -> Verdict:
+def _judge(
+    findings: dict[str, str | None],
+    phase: Phase | None,
+    samples: Mapping[int, Any],
+    stats: Sequence[GpuPhase],
+    limits: Limits,
+) -> Verdict:
     unjudged = [] if samples else ["throttled: no GPU telemetry"]
+    if samples and phase is not None and not any(g.judged for g in stats):
+        unjudged.append("throttled: no GPU sample in or next to the phase (the sampler stopped, or a clock is off)")
     if phase is None:
         unjudged.append("contended: no phase record")
     elif host_load(phase.record) is None:
@@ -133,7 +141,7 @@ def kernel_rows(
         cols: dict[str, Any] = {"spread_ratio": spread, **kernel_energy(per_gpu, used, phase), **load_columns(load)}
         stats, findings["throttled"] = _phase_throttle(per_gpu, phase, used, {}, limits) if phase else ([], None)
         cols["throttle_reasons"] = ", ".join(sorted({r for g in stats for r in g.throttle_reasons}))
-        out.append({**cols, **_verdict_columns(_judge(findings, phase, per_gpu, limits))})
+        out.append({**cols, **_verdict_columns(_judge(findings, phase, per_gpu, stats, limits))})
     return out
 
 
@@ -191,7 +199,7 @@ def serving_rows(
         stats, findings["throttled"] = _phase_throttle(per_gpu, phase, used, servers, limits) if phase else ([], None)
         cols = {**serving_energy(per_gpu, used, reqs, int(row.get("concurrency") or 0)), **load_columns(load)}
         cols["throttle_reasons"] = ", ".join(sorted({r for g in stats for r in g.throttle_reasons}))
-        out.append({**cols, **_verdict_columns(_judge(findings, phase, per_gpu, limits))})
+        out.append({**cols, **_verdict_columns(_judge(findings, phase, per_gpu, stats, limits))})
     return out
 
 
@@ -210,7 +218,7 @@ def phase_gpu_rows(
         servers = (gpu_servers_by_config or {}).get(r.get("config") or "") or {}
         key = {k: r.get(k) for k in ("config", "concurrency", "repeat", "warmup", "dtype", "m")}
         for g in phase_gpus(per_gpu, phase.start, phase.end, servers, limits.benign_reasons):
-            stats = {k: v for k, v in vars(g).items() if k not in ("reasons", "throttle_reasons", "index")}
+            stats = {k: v for k, v in vars(g).items() if k not in ("reasons", "throttle_reasons", "index", "judged")}
             out.append(
                 {"kind": phase.kind, **key, "phase_start": phase.start, "phase_end": phase.end, "gpu_index": g.index}
                 | stats

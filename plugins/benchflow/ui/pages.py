@@ -247,9 +247,12 @@ def campaign_without_valid_runs(warehouse: Warehouse, name: str) -> str:
             out.append(f"<p>{escape(spec.description)}</p>")
     if len(newest):
         last = newest.iloc[0]
+        status = escape(str(last["status"]))
+        if last["status"] == "ok" and last["rows_ok"] == 0:  # finished, but every row noisy, throttled or contended
+            status = f"finished, but none of its {int(last['rows_loaded'])} rows was judged ok (see their validity)"
         out.append(
             f'<p>No valid run yet. The newest run, <a href="{escape(run_href(last["dag_id"], last["run_id"]))}" '
-            f'target="_top">{escape(str(last["run_id"]))}</a>, is {escape(str(last["status"]))}'
+            f'target="_top">{escape(str(last["run_id"]))}</a>, is {status}'
             f"{': ' + escape(clip(str(last['detail']))) if last['detail'] else ''}; {verdict(last)}.</p>"
         )
     else:

@@ -159,17 +159,22 @@ class Warehouse:
         description = self.hook.last_description or []
         return pd.DataFrame.from_records(rows or [], columns=[d[0] for d in description])
 
-    def read(self, text: str) -> pd.DataFrame:
+    def read(self, text: str, timeout_s: float | None = None) -> pd.DataFrame:
         """An analyst's statement (``bench sql``): exactly one of a reading kind (:mod:`.readonly`), run where it
         cannot write (:meth:`~.hooks.WarehouseHook.read_statement`); a DataFrame. Raises
-        :class:`~.readonly.RefusedStatement` for any other text."""
+        :class:`~.readonly.RefusedStatement` for any other text, :class:`TimeoutError` past ``timeout_s`` (five
+        minutes by default)."""
         from decimal import Decimal
 
         import pandas as pd
 
         from benchflow.warehouse.readonly import check
 
-        columns, rows = self.hook.read_statement(check(text))
+        columns, rows = (
+            self.hook.read_statement(check(text))
+            if timeout_s is None
+            else self.hook.read_statement(check(text), timeout_s)
+        )
         frame = pd.DataFrame.from_records(rows, columns=columns)
         for i in range(len(frame.columns)):  # PostgreSQL's numeric (sum, avg of integers): a number, not text
             values = frame.iloc[:, i].dropna()
@@ -197,6 +202,7 @@ class Warehouse:
         valid = validation is None or validation.success
         frame = kind.frame(rows) if valid else None
         run.rows_loaded = len(frame) if frame is not None else 0
+        run.rows_ok = _ok_rows(frame, kind)
         with self.transaction() as tx:
             self._put_run(tx, run)
             tx.delete_run(kind.table, run.dag_id, run.run_id)
@@ -216,6 +222,17 @@ class Warehouse:
                         tx.con, side.table, [c.name for c in side.columns], side_frame, [run.dag_id, run.run_id]
                     )
         return run.rows_loaded
+
+    def record_failed_run(self, run: RunRecord) -> bool:
+        """The ``runs`` row of a run that failed before its results were loaded (no rows, ``run.status``
+        ``failed``), unless the run already has one (its load wrote it: an invalid run keeps its quarantine).
+        True when written."""
+        with self.transaction() as tx:
+            if tx.rows(f"SELECT 1 FROM runs WHERE dag_id = {tx.p} AND run_id = {tx.p}", [run.dag_id, run.run_id]):
+                return False
+            run.rows_loaded = 0
+            self._put_run(tx, run)
+        return True
 
     def record_findings(
         self, dag_id: str, run_id: str, findings: list[Finding], verdict: Verdict | None = None
@@ -311,7 +328,7 @@ class Warehouse:
         columns = (
             "dag_id, run_id, campaign, host, payload_sha256, spec_hash, status, started_at, ended_at, "
             "rows_loaded, host_facts, detail, logical_date, run_type, conf, gpu_model, gpu_count, gpu_driver, "
-            "cuda, git_sha, versions, payload_commit, payload_ref"
+            "cuda, git_sha, versions, payload_commit, payload_ref, rows_ok"
         )
         values = [
             run.dag_id,
@@ -337,8 +354,19 @@ class Warehouse:
             json.dumps(versions, sort_keys=True),
             run.payload_commit,
             run.payload_ref,
+            run.rows_ok,
         ]
         tx.execute(f"INSERT INTO runs ({columns}) VALUES ({', '.join([tx.p] * len(values))})", values)
+
+
+def _ok_rows(frame: pd.DataFrame | None, kind: ResultKind) -> int:
+    """Rows judged ok (a kind without a validity column counts every row; an unjudged row counts as ok)."""
+    if frame is None or not len(frame):
+        return 0
+    if not kind.validity or kind.validity not in frame.columns:
+        return len(frame)
+    column = frame[kind.validity]
+    return int((column.isna() | (column == "ok")).sum())
 
 
 def _side_frame(side: SideTable, rows: list[dict[str, Any]]) -> pd.DataFrame:

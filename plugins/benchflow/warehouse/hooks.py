@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from copy import deepcopy
 from pathlib import Path
@@ -18,6 +19,8 @@ from typing import Any, Protocol
 
 from airflow.providers.common.sql.hooks.sql import DbApiHook
 from airflow.providers.postgres.hooks.postgres import PostgresHook
+
+READ_TIMEOUT_S = 300.0  # an analyst's statement (bench sql) is cancelled past it (bench sql --timeout)
 
 LOCK_WAIT_S = 300.0
 LOCAL_PG = ("127.0.0.1", 5432, "postgres")  # the PostgreSQL server of a machine that runs it for Airflow (trust)
@@ -95,7 +98,9 @@ class WarehouseHook(Protocol):
 
     def bulk_insert(self, con: Any, table: str, columns: list[str], frame: Any, key: list[Any]) -> None: ...
 
-    def read_statement(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]: ...
+    def read_statement(
+        self, sql: str, timeout_s: float = READ_TIMEOUT_S
+    ) -> tuple[list[str], list[tuple[Any, ...]]]: ...
 
 
 class DuckDBHook(DbApiHook):
@@ -203,7 +208,7 @@ class DuckDBHook(DbApiHook):
                 f"snapshot, {snapshot}. Free space there, then `bench migrate` publishes it."
             ) from exc
 
-    def read_statement(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    def read_statement(self, sql: str, timeout_s: float = READ_TIMEOUT_S) -> tuple[list[str], list[tuple[Any, ...]]]:
         """One statement of an analyst (``bench sql``): DuckDB's own parser must find exactly one ``SELECT``
         (``FROM``, ``SHOW``, ``DESCRIBE``, ``SUMMARIZE`` and ``VALUES`` parse as one) or ``EXPLAIN``; it runs on
         the read-only snapshot, which has no access to other files. (column names, rows)."""
@@ -219,10 +224,16 @@ class DuckDBHook(DbApiHook):
         if not self.read_only:
             raise ValueError("an analyst's statement runs on the published snapshot: open the hook read_only")
         con = self.get_conn()
+        timer = threading.Timer(timeout_s, con.interrupt)  # DuckDB has no statement timeout of its own
+        timer.daemon = True
+        timer.start()
         try:
             cur = con.execute(sql)
             return [d[0] for d in cur.description or []], cur.fetchall()
+        except duckdb.InterruptException:
+            raise TimeoutError(f"the statement ran past {timeout_s:g} s and was cancelled") from None
         finally:
+            timer.cancel()
             con.close()
 
     def bulk_insert(self, con: Any, table: str, columns: list[str], frame: Any, key: list[Any]) -> None:
@@ -293,7 +304,7 @@ class WarehousePostgresHook(PostgresHook):
     def after_commit(self, con: Any) -> None:
         """Readers see a commit at once: nothing to publish."""
 
-    def read_statement(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    def read_statement(self, sql: str, timeout_s: float = READ_TIMEOUT_S) -> tuple[list[str], list[tuple[Any, ...]]]:
         """One statement of an analyst (``bench sql``), inside a transaction this hook opens ``READ ONLY`` and
         always rolls back: a first query takes the snapshot (after which ``SET TRANSACTION READ WRITE`` and
         ``set_config('transaction_read_only', …)`` fail), then the statement goes alone through the extended
@@ -301,6 +312,8 @@ class WarehousePostgresHook(PostgresHook):
         transaction. A read-only transaction does not stop the server-side file functions (``lo_export``,
         ``COPY … TO PROGRAM``) of a superuser or of a member of ``pg_write_server_files`` /
         ``pg_execute_server_program``: such a role is refused. (column names, rows)."""
+        import psycopg
+
         from benchflow.warehouse.readonly import RefusedStatement
 
         con = self.get_conn()
@@ -317,7 +330,11 @@ class WarehousePostgresHook(PostgresHook):
                         "even from a read; give bench sql a reader role (SELECT grants only: README, 'Reading a "
                         "PostgreSQL warehouse')"
                     )
-                cur.execute(sql, prepare=True)
+                cur.execute("SELECT set_config('statement_timeout', %s, true)", [f"{int(timeout_s * 1000)}ms"])
+                try:
+                    cur.execute(sql, prepare=True)
+                except psycopg.errors.QueryCanceled:
+                    raise TimeoutError(f"the statement ran past {timeout_s:g} s and was cancelled") from None
                 columns = [d[0] for d in cur.description or []]
                 rows = cur.fetchall() if cur.description else []
             return columns, rows

@@ -101,9 +101,9 @@ def shown_rows(w: Warehouse, kind: ResultKind, dag_id: str, run_id: str, limit: 
 
 
 def campaigns_with_valid_runs(w: Warehouse, kind: ResultKind) -> list[str]:
-    """Campaigns that have a valid run with rows of ``kind``."""
+    """Campaigns whose latest valid run (finished, with rows judged ok) has rows of ``kind``."""
     frame = w.query(
-        f"SELECT DISTINCT v.campaign FROM valid_runs v WHERE EXISTS (SELECT 1 FROM {kind.table} t "
+        f"SELECT DISTINCT v.campaign FROM latest_valid_runs v WHERE EXISTS (SELECT 1 FROM {kind.table} t "
         "WHERE t.dag_id = v.dag_id AND t.run_id = v.run_id) ORDER BY v.campaign"
     )
     return [str(c) for c in frame["campaign"]]
@@ -125,16 +125,18 @@ def campaign_runs(w: Warehouse, campaign: str) -> pd.DataFrame:
     p = w.p
     return w.query(
         "SELECT dag_id, run_id, status, detail, run_type, regressions, verdict, verdict_detail, baseline_runs, "
-        f"CAST({RUN_TIME} AS DATE) AS night FROM runs WHERE campaign = {p} ORDER BY {RUN_TIME} DESC, run_id DESC "
+        f"rows_loaded, rows_ok, CAST({RUN_TIME} AS DATE) AS night FROM runs WHERE campaign = {p} "
+        f"ORDER BY {RUN_TIME} DESC, run_id DESC "
         "LIMIT 1",
         [campaign],
     )
 
 
 def run_counts(w: Warehouse) -> pd.DataFrame:
-    """Per campaign: runs recorded, how many are valid, the newest start."""
+    """Per campaign: runs recorded, how many are valid (finished, with rows judged ok), the newest start."""
     return w.query(
-        "SELECT campaign, count(*) AS runs, sum(CASE WHEN status = 'ok' THEN 1 ELSE 0 END) AS valid, "
+        "SELECT campaign, count(*) AS runs, "
+        "sum(CASE WHEN status = 'ok' AND COALESCE(rows_ok, rows_loaded) > 0 THEN 1 ELSE 0 END) AS valid, "
         "max(started_at) AS last_started FROM runs GROUP BY campaign ORDER BY campaign"
     )
 

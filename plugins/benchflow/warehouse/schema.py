@@ -51,9 +51,16 @@ def view_statements() -> tuple[list[str], list[str]]:
     group = "campaign, dag_id, run_id, night, host, gpu_model, run_type, config, point, case_key, metric"
     creates += [
         "CREATE VIEW metric_samples AS " + " UNION ALL ".join(samples),
-        f"CREATE VIEW case_summary AS SELECT g.*, g.mean - t.t975 * g.std / SQRT(g.n) AS ci_low, "
-        f"g.mean + t.t975 * g.std / SQRT(g.n) AS ci_high FROM (SELECT {group}, COUNT(*) AS n, AVG(value) AS mean, "
-        f"percentile_cont(0.5) WITHIN GROUP (ORDER BY value) AS median, STDDEV_SAMP(value) AS std "
+        # the interval as benchflow.stats.summarize takes it: on the logs for positive values, else linear
+        f"CREATE VIEW case_summary AS SELECT {', '.join('g.' + c for c in group.split(', '))}, "
+        "g.n, g.mean, g.median, g.std, "
+        "CASE WHEN g.low > 0 THEN g.mean / EXP(t.t975 * g.std_log / SQRT(g.n)) "
+        "ELSE g.mean - t.t975 * g.std / SQRT(g.n) END AS ci_low, "
+        "CASE WHEN g.low > 0 THEN g.mean * EXP(t.t975 * g.std_log / SQRT(g.n)) "
+        "ELSE g.mean + t.t975 * g.std / SQRT(g.n) END AS ci_high "
+        f"FROM (SELECT {group}, COUNT(*) AS n, AVG(value) AS mean, "
+        f"percentile_cont(0.5) WITHIN GROUP (ORDER BY value) AS median, STDDEV_SAMP(value) AS std, "
+        "MIN(value) AS low, STDDEV_SAMP(LN(CASE WHEN value > 0 THEN value END)) AS std_log "
         f"FROM metric_samples WHERE validity = 'ok' GROUP BY {group}) g "
         "LEFT JOIN student_t t ON t.df = CASE WHEN g.n - 1 > 200 THEN 200 ELSE g.n - 1 END",
         "CREATE VIEW metric_history AS SELECT campaign, dag_id, run_id, night, host, gpu_model, run_type, case_key, "

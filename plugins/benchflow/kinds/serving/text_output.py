@@ -112,7 +112,7 @@ _CLEAN = ("blank", "rule", "heading")  # what suspends a block without a sign th
 _BRACKETS = "[]{}(),;"  # a line of these alone is the bracket of the JSON or list a block is in
 _TABLE_STARTS = ("|", " |", "  |")  # a markdown table's row
 _OPENERS = "[({\"'"  # what a list, a dict or a string written on one line starts with
-_RARE_RE = re.compile(r"[\uff1a\x1b\r*\\<]")  # what _cleaned changes, and the \\n or <br> of held lines
+_RARE_RE = re.compile(r"[\uff1a\x1b\r*\\<`]")  # what _cleaned changes, and the \\n or <br> of held lines
 _BR_RE = re.compile(r"<br\s*/?>", re.I)
 _TAG_RE = re.compile(r"</?[A-Za-z][^<>]{0,200}>")
 _RULE_RUN_RE = re.compile(r"[=\-]{3,}")
@@ -151,6 +151,7 @@ class _Block:
         self.seen: set[str] = set()  # labels read in this block: one read again starts the next row
         self.figures: list[tuple[int, str, str]] = []  # (line, label, column): reported if it is no row
         self.provisional: set[str] = set()  # columns read above its header: its own lines override them
+        self.from_above: set[str] = set()  # preamble columns filled from text above it: its own lines override
         self.before: list[tuple[int, str]] = []  # unread label: number lines just above it
         self.titled = False  # opened by a title without rules (a doc heading?): an empty one is no loss
         self.suspended_at: int | None = None  # line that suspended it
@@ -208,8 +209,9 @@ def unquoted(line: str) -> list[str] | None:
 
 
 def _cleaned(line: str) -> str:
-    """A line as a terminal or a reader sees it: full-width colons (a translated doc) as ``:``, colours and
-    markdown bold gone, tqdm's redraws (carriage returns) down to the text after the last one."""
+    """A line as a terminal or a reader sees it: full-width colons (a translated doc) as ``:``, colours,
+    markdown bold and inline-code backticks gone, tqdm's redraws (carriage returns) down to the text after the
+    last one."""
     if "\uff1a" in line:
         line = line.replace("\uff1a", ":")
     if "\x1b" in line:
@@ -217,6 +219,8 @@ def _cleaned(line: str) -> str:
     if "\r" in line:
         line = line.rstrip()
         line = line[line.rfind("\r") + 1 :]
+    if "`" in line and not FENCE_RE.match(line):  # inline code around a label or a value, or a stray backtick
+        line = line.replace("`", "")
     return line.replace("**", "") if "**" in line else line
 
 
@@ -243,6 +247,7 @@ class _Reader:
         self.phase_rows = 0
         self.empty_phases: list[str] = []  # phases whose client printed no result block (a failed phase)
         self.above: dict[str, Any] = {}  # values printed above the next block
+        self.row_line = 0  # where the block of the last row began
         self.block: _Block | None = None
         self.half_header: int | None = None  # line of the first half of a split header
         self.complete = False
@@ -308,8 +313,11 @@ class _Reader:
                 notes.warn(block.line, "a 'Serving Benchmark Result' title without values")
             else:
                 notes.problem(block.line, "result block with no values; dropped", dropped=True)
+        elif not block.header and self.rows and _repeats(block, self.rows[-1]):
+            notes.warn(block.line, f"repeats the values of the result block at line {self.row_line}: not a new row")
         else:
             self.rows.append(finish(block.row))
+            self.row_line = block.line
             self.phase_rows += 1
             for number_, label in block.before:
                 notes.warn(number_, f"unknown label {label!r} above a result block; not read")
@@ -365,11 +373,14 @@ class _Reader:
     def open_block(self, at: int, prefix: str, header: bool = True) -> _Block:
         config, concurrency, prompts, repeat, warmup = self.phase or (None, None, None, 1, False)
         row = empty_row(config, concurrency, prompts, repeat, warmup)
+        from_above = set()
         for column, value in self.above.items():
             if row[column] is None:
                 row[column] = value
+                from_above.add(column)
         self.above.clear()
         self.block = _Block(row, at, prefix, header)
+        self.block.from_above = from_above
         self.block.before = [(n, label) for n, label in self.loose if at - n <= NEAR]
         self.loose.clear()
         return self.block
@@ -552,6 +563,9 @@ class _Reader:
         """A line outside a block that is no header: a title, a known label (a block without a header starts),
         an unread ``label: number`` line, or a line about the next block."""
         body = PREFIX_RE.sub("", line, count=1)
+        if body.lstrip().startswith("{") and _json_record(body):
+            self.notes.warn(number_, "a JSON record (a client's saved result) in the log: not read as labels")
+            return "next"
         if serving and TITLE_RE.match(body):
             self.open_block(number_, "").titled = True
             return "next"
@@ -611,6 +625,26 @@ class _Reader:
 _TITLE_TEXT = "Serving Benchmark Result"
 
 
+_JSON_KEY_RE = re.compile(r'"([^"\\]{1,200})"\s*:')
+_IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _json_record(body: str) -> bool:
+    """Whether a line is a machine's JSON object (``{"request_rate": 10.0, "max_concurrency": 8, …}``: a client's
+    saved result echoed into a log), whole or cut off: its keys are identifiers, never printed labels. Such a line
+    is a record, never a source of labels for the blocks around it (a person's dict of the printed labels,
+    ``{"Mean TTFT (ms)": 12.5}``, is read)."""
+    keys = _JSON_KEY_RE.findall(body[:20_000])
+    return len(keys) >= 2 and all(_IDENTIFIER_RE.fullmatch(key) for key in keys)
+
+
+def _repeats(block: _Block, last: dict[str, Any]) -> bool:
+    """Whether a block without a header only repeats figures of the row before it (a one-line digest of the block
+    a tool prints after it, ``PERF_LINES: Request throughput (req/s): 5.22 | …``): every figure it holds, the same."""
+    columns = {column for _, _, column in block.figures}
+    return len(columns) >= 2 and all(block.row[c] is not None and block.row[c] == last.get(c) for c in columns)
+
+
 def _mapped(entry: Label | None) -> bool:
     return entry is not None and entry.column is not None
 
@@ -652,13 +686,18 @@ def _store(
     row, column = block.row, entry.column
     assert column is not None
     block.seen.add(entry.key)
-    if column in PREAMBLE and row[column] is not None:
-        block.values += 1  # the sweep's phase header or the line above the block said it first
+    if column in PREAMBLE and row[column] is not None and column not in block.from_above:
+        block.values += 1  # the sweep's phase header said it first: the driver set it
         if number is not None and number != row[column]:
             notes.warn(
-                line_no, f"{label!r}: {value.split()[0]!r} differs from the {column} above ({row[column]}), kept"
+                line_no, f"{label!r}: {value.split()[0]!r} differs from the {column} of the phase ({row[column]}), kept"
             )
         return
+    if column in block.from_above:  # text above the block said it: the block's own line says it for this row
+        block.from_above.discard(column)
+        if number is not None and number != row[column]:
+            notes.warn(line_no, f"{label!r}: {value.split()[0]!r} read; {row[column]} printed above the block is not")
+        row[column] = None
     if row[column] is not None and column not in block.provisional:
         notes.warn(line_no, f"{label!r}: {column} was read already in this block; kept the first value")
         return
