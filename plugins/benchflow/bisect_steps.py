@@ -293,13 +293,13 @@ def reuse(bisection: Bisection, warehouse: Warehouse) -> list[str]:
     meta["gpu_model"] = gpu_model
     spec = campaign_spec(meta["campaign"])
     wanted = measuring(spec, probe_conf(spec, meta["conf"], bisection.bad, None), meta["case"], bisection.repeats)
-    inner = bisection.commits[:-1]
+    spec_hash, inner = spec.spec_hash(), bisection.commits[:-1]  # the hash once, not once a run
     found = queries.commit_samples(warehouse, meta["campaign"], meta["case"], meta["metric"], gpu_model, inner)
     usable: dict[str, tuple[str, list[float]]] = {}
     skipped = meta.setdefault("not_reused", [])
     for (sha, run_id), rows in found.groupby(["payload_commit", "run_id"], sort=False):
         values = [float(v) for v in rows["value"]]
-        why = _unlike(spec, wanted, rows.iloc[0], values, bisection.repeats, meta["case"])
+        why = _unlike(spec, spec_hash, wanted, rows.iloc[0], values, bisection.repeats, meta["case"])
         if why:
             skipped.append(f"{run_id} ({str(sha)[:12]}): {why}")
         else:
@@ -320,12 +320,14 @@ def measuring(spec: CampaignSpec, conf: dict[str, Any], case: str, repeats: int)
     return {k: v for k, v in conf.items() if k not in selecting}
 
 
-def _unlike(spec: CampaignSpec, wanted: dict[str, Any], run: Any, values: list[float], repeats: int, case: str) -> str:
+def _unlike(
+    spec: CampaignSpec, spec_hash: str, wanted: dict[str, Any], run: Any, values: list[float], repeats: int, case: str
+) -> str:
     """Why an earlier run's values are not what a probe would measure ("" when they are)."""
     import json
     import statistics
 
-    if run["spec_hash"] != spec.spec_hash():
+    if run["spec_hash"] != spec_hash:
         return "the campaign's spec has changed since"
     conf = measuring(spec, json.loads(run["conf"] or "{}"), case, repeats)
     if conf != wanted:
@@ -334,7 +336,7 @@ def _unlike(spec: CampaignSpec, wanted: dict[str, Any], run: Any, values: list[f
     if len(values) < repeats:
         return f"{len(values)} values, fewer than the {repeats} repeats asked for"
     mean = statistics.fmean(values)
-    spread = statistics.stdev(values) / mean if mean > 0 and len(values) > 1 else math.inf
+    spread = statistics.stdev(values) / mean if mean > 0 else math.inf  # len(values) >= repeats >= 2
     limit = spec.validity.repeat_cv_max
     if spread > limit:
         return f"its values vary {spread:.0%} (coefficient of variation; limit {limit:.0%}, validity.repeat_cv_max)"
