@@ -6,6 +6,7 @@
 # They create .venv (Airflow's environment) and .venv-host (the serving host's: torch, triton, the real
 # SGLang/vLLM benchmark clients and sglang-router) on first use and refresh them when their requirements change.
 
+SHELL  := /bin/bash
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
@@ -21,20 +22,28 @@ HOST_STAMP := $(HOST_VENV)/.installed
 
 .PHONY: demo test check lint venv host-venv constraints clean compose-env up down
 
+# pip prints each package as it collects and installs it: the progress of a first set-up that takes minutes.
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
+	@echo "make: Airflow's environment, $(VENV) (pip prints each package; minutes on a fresh machine)"
+	@date +%s > $(VENV).began
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-dev.txt -c constraints.txt
+	set -o pipefail; $(PY) -m pip install --progress-bar off -r requirements-dev.txt -c constraints.txt \
+	  | { grep -E '^(Collecting|Installing|Successfully)' || true; }
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
+	@echo "make: $(VENV) ready in $$(( $$(date +%s) - $$(cat $(VENV).began) )) s"; rm -f $(VENV).began
 
 venv: $(STAMP)
 
 # One pip step, no dependency resolution (every module pinned); then the torchvision shim, then a smoke check
 # that each client, the router and the tiny server import. About 2 minutes and 3.7 GB on a fresh machine.
 $(HOST_STAMP): requirements-host.txt include/hostenv/benchflow_torchvision_cpu.py
+	@echo "make: the benchmark host's environment, $(HOST_VENV) (torch, triton, the SGLang and vLLM clients)"
+	@date +%s > $(HOST_VENV).began
 	test -x $(HOST_PY) || $(PYTHON) -m venv $(HOST_VENV)
-	$(HOST_PY) -m pip install -q --no-deps -r requirements-host.txt
+	set -o pipefail; $(HOST_PY) -m pip install --progress-bar off --no-deps -r requirements-host.txt \
+	  | { grep -E '^(Collecting|Installing|Successfully)' || true; }
 	site=$$($(HOST_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
 	  cp include/hostenv/benchflow_torchvision_cpu.py $$site/ && \
 	  echo "import benchflow_torchvision_cpu" > $$site/benchflow_torchvision_cpu.pth
@@ -43,6 +52,7 @@ $(HOST_STAMP): requirements-host.txt include/hostenv/benchflow_torchvision_cpu.p
 	  HF_HUB_OFFLINE=1 $(HOST_PY) $$check > $(HOST_VENV)/smoke.log 2>&1 || { cat $(HOST_VENV)/smoke.log; exit 1; }; \
 	done
 	touch $(HOST_STAMP)
+	@echo "make: $(HOST_VENV) ready in $$(( $$(date +%s) - $$(cat $(HOST_VENV).began) )) s"; rm -f $(HOST_VENV).began
 
 host-venv: $(HOST_STAMP)
 

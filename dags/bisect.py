@@ -45,7 +45,16 @@ def _plan(state: dict[str, Any] | None, **context: Any) -> list[dict[str, Any]]:
     for probe in planned["probes"]:
         print(f"probe {probe['conf']['payload_ref'][:12]}: run {probe['trigger_run_id']} conf {probe['conf']}")
     context["ti"].xcom_push(key="state", value=planned["state"])
+    _show(planned["state"], context)
     return planned["probes"]
+
+
+def _show(state: dict[str, Any], context: dict[str, Any]) -> None:
+    """The bisection as it stands, in the warehouse: the Benchmarks view shows it, probe runs under way included."""
+    from benchflow import bisect_steps
+    from benchflow.analysis.bisect_search import Bisection
+
+    bisect_steps.save(Bisection.from_json(state), _warehouse(), context["dag"].dag_id, context["run_id"])
 
 
 def _record(number: int, **context: Any) -> dict[str, Any]:
@@ -91,6 +100,13 @@ with DAG(
         except bisect_steps.ConfError as exc:
             raise AirflowFailException(str(exc)) from None
         meta = state["meta"]
+        if context["ti"].get_dag(meta["campaign_dag_id"]).is_paused:  # the listener unpauses it as the run starts
+            raise AirflowFailException(
+                f"{meta['campaign_dag_id']} is paused, so the probe runs this bisection triggers would wait unstarted:"
+                f" unpause it (its toggle in the UI, or `airflow dags unpause {meta['campaign_dag_id']}`) and trigger"
+                " again"
+            )
+        _show(state, context)
         print(f"{meta['campaign']} {meta['case']} {meta['metric']}: {len(state['commits'])} commits after good")
         for sha, source in state["reused"].items():
             print(f"reused {sha[:12]}: {source}")

@@ -29,16 +29,13 @@ with DAG(
 
         warehouse = Warehouse.from_airflow(read_only=True)
         written = []
-        events = context["triggering_asset_events"]
-        for asset_events in events.values():
-            for event in asset_events:
-                extra = event.extra or {}
-                if "dag_id" not in extra:
-                    continue
-                out = artifacts.store(extra["dag_id"], extra["run_id"]) / artifacts.REPORT_DIR
-                written += plots.render(warehouse, extra["dag_id"], extra["run_id"], out)
-                judged = plots.verdict_line(warehouse, extra["dag_id"], extra["run_id"])
-                print(f"{extra['dag_id']} {extra['run_id']}: verdict: {judged}")
+        runs, ignored = plots.report_targets(context["triggering_asset_events"])
+        for why in ignored:
+            print(f"ignored {why}")
+        for dag_id, run_id in runs:
+            out = artifacts.store(dag_id, run_id) / artifacts.REPORT_DIR
+            written += plots.render(warehouse, dag_id, run_id, out)
+            print(f"{dag_id} {run_id}: verdict: {plots.verdict_line(warehouse, dag_id, run_id)}")
         for path in written:
             print(f"plot: {path}")
         return [str(p) for p in written]

@@ -2,20 +2,21 @@
 ``/benchmarks`` and a "Benchmarks" entry in the UI's navigation that shows it, and the guard of the trigger
 endpoint (:mod:`benchflow.ui.guard`: NaN and Infinity refused in a run's conf, error answers cut short). Imports
 only FastAPI here; pandas and the warehouse are imported by the handlers. It also registers
-:mod:`benchflow.pool_listener`, which creates a run's missing host pool when the scheduler starts the run."""
+:mod:`benchflow.pool_listener`, which creates a run's missing host pool when the scheduler starts the run, and
+:mod:`benchflow.bisect_listener`, which unpauses the campaign a starting bisection probes."""
 
 from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from benchflow import pool_listener
+from benchflow import bisect_listener, pool_listener
 from benchflow.ui import app
 from benchflow.ui.guard import TriggerGuard
 
 
 class BenchflowUIPlugin(AirflowPlugin):
     name = "benchflow_ui"
-    listeners = [pool_listener]  # noqa: RUF012
+    listeners = [pool_listener, bisect_listener]  # noqa: RUF012
     fastapi_apps = [{"app": app, "url_prefix": "/benchmarks", "name": "Benchmarks"}]  # noqa: RUF012
     fastapi_root_middlewares = [{"middleware": TriggerGuard, "name": "benchflow trigger guard"}]  # noqa: RUF012
     external_views = [  # noqa: RUF012

@@ -20,9 +20,13 @@ WHERE recency = 1;
 -- A load search's answer per run and config (serving_search) with what the GPUs drew there: over the steady state
 -- of the answer's repeats that were measured ok (serving_results at concurrency = pass_load), the config's mean power
 -- (all its servers' GPUs) and joules per output token; NULL where the run had no telemetry or no load passed.
+-- validity: 'ok' only when every probe of the config was (a contended probe may have decided the answer).
 CREATE VIEW serving_search_answers AS
 SELECT s.dag_id, s.run_id, s.config, s.over, s.reason, s.pass_load, s.fail_load, s.fail_verdict, s.goodput_rps,
        s.probes, s.loads, s.seconds,
+       COALESCE((SELECT MIN(p.validity) FROM serving_results p
+                 WHERE p.dag_id = s.dag_id AND p.run_id = s.run_id AND p.config = s.config
+                   AND NOT COALESCE(p.warmup, FALSE) AND p.validity <> 'ok'), 'ok') AS validity,
        COUNT(r.run_id) AS answer_rows,
        SUM(r.steady_energy_j) / NULLIF(SUM(r.steady_s), 0) AS power_w_at_answer,
        SUM(r.steady_energy_j) / NULLIF(SUM(r.steady_tokens), 0) AS j_per_token_at_answer

@@ -60,6 +60,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import math
 import os
 import sys
 import time
@@ -198,7 +199,11 @@ def request_rows(summary: dict, label: str, concurrency: int | None) -> list[dic
     for seq, (ttft, gaps, error, input_len, output_len) in enumerate(
         zip(ttfts, itls, errors, input_lens, output_lens, strict=False)
     ):
-        ok = not error and bool(ttft)
+        # a time that does not read (NaN, infinite, negative: a client's bug or a clock step) fails the request
+        ok = bool(not error and _time(ttft) and ttft > 0 and all(_time(gap) for gap in gaps))
+        if not error and not ok and ttft:
+            bad = next(v for v in (ttft, *gaps) if not _time(v))
+            error = f"the client reported a time that is not a finite number >= 0: {bad!r}"
         rows.append(
             {
                 "config": label,
@@ -214,6 +219,10 @@ def request_rows(summary: dict, label: str, concurrency: int | None) -> list[dic
             }
         )
     return rows
+
+
+def _time(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
 def read_results(result: Path) -> list[dict]:

@@ -395,9 +395,17 @@ def record(planned: dict[str, Any] | None, warehouse: Warehouse, bisect_dag_id: 
 
 
 def save(bisection: Bisection, warehouse: Warehouse, dag_id: str, run_id: str) -> dict[str, Any]:
+    """The bisection's rows as it stands: at its start, when a round is planned and when one is recorded, so the
+    Benchmarks view shows it from its first second, with the probe runs under way."""
     from benchflow.warehouse import bisection_writes
 
     result = bisection.result()
+    runs = bisection.meta.get("runs", {})
+    result["planned"] = [
+        {"sha": sha, "run_id": runs[sha][-1], "round": len(bisection.rounds)}
+        for sha in bisection.outstanding
+        if runs.get(sha)
+    ]
     started = datetime.fromtimestamp(bisection.started_at, UTC) if bisection.started_at else None
     bisection_writes.save(warehouse, dag_id, run_id, bisection.meta, result, started)
     return result

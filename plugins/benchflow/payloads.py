@@ -52,6 +52,7 @@ _SHA_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _REF_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/@^~{}+-]{0,255}$")
 _SUBDIR_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*(?:/[A-Za-z0-9_][A-Za-z0-9._-]*)*$")
 _SCP_RE = re.compile(r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*):(?P<path>[^:]+)$")
+_HELPER_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
 _HOST_RE = re.compile(r"^[a-z0-9][a-z0-9.-]*$|^[0-9a-f:.]+$")  # a name, IPv4 or IPv6 (urlsplit lowercases)
 
 
@@ -91,7 +92,7 @@ def validate_source(source: str) -> str:
         raise PayloadError(f"payload repository {source[:80]!r}: empty, too long or with control characters")
     if source.startswith("-"):
         raise PayloadError(f"payload repository {source!r}: starts with '-' (read as a git option)")
-    if "::" in source:
+    if _HELPER_RE.match(source):  # git's <transport>::<address>; an IPv6 host ([::1]) is not one
         raise PayloadError(f"payload repository {source!r}: transport helpers (ext::, fd::) are not allowed")
     if source.startswith("/"):
         if ".." in source.split("/"):

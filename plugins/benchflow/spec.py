@@ -321,7 +321,7 @@ class Regressions(RegressionLimits):
 
 
 # campaign names whose DAG id another DAG of this project already has
-RESERVED_NAMES = {"report": "the report DAG (dags/reports.py)"}
+RESERVED_NAMES = {"report": "the report DAG (dags/reports.py)", "bisect": "the bisect DAG (dags/bisect.py)"}
 
 
 class CampaignSpec(_Model):

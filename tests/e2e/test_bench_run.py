@@ -24,6 +24,7 @@ from tests.conftest import FIXTURES, PROJECT_ROOT, live_group_members
 
 pytestmark = pytest.mark.e2e
 BENCH = Path(sys.executable).parent / "bench"
+DB_CONN = "gpu_made_by_cli"  # a connection in Airflow's metadata DB, as the UI, the REST API and the CLI make it
 
 
 def spec(mode: str, rows: int, delay: float, timeout: int = 300, extra: str = "") -> str:
@@ -56,6 +57,7 @@ def env(tmp_path_factory, airflow_db):
         "quiet_hang": spec("hang", 2, 0.0),
         "quiet_bar": spec("bar", 2, 0.0, timeout=12),
         "quiet_busy": spec("ok", 2, 0.0, extra="gpus_free: {max_used_mib: 1024, wait: 0.5, poke_interval: 0.5}"),
+        "quiet_dbconn": spec("ok", 3, 0.5).replace("host: local", f"host: {DB_CONN}"),
     }.items():
         (root / "specs" / f"{name}.yaml").write_text(text)
     (root / "kernels").mkdir()
@@ -265,3 +267,34 @@ def test_on_a_terminal_the_progress_line_is_rewritten_in_place(tmp_path):
     last = text.rsplit("\r\033[K", 1)[1]
     assert " ok      wait_done " in last and "4.0 s" in last and last.endswith("\n")
     assert text.splitlines()[0].endswith("start   wait_done")
+
+
+def test_a_connection_made_with_the_airflow_cli_carries_a_run_over_ssh(env, sshd):
+    """The README's way to define a host: `bench airflow connections add` (Airflow's CLI on this checkout's metadata
+    DB: the table the UI and the REST API write too), no AIRFLOW_CONN_ variable. Every task and the deferred wait
+    (the triggerer's async SSH hook) find it, and the run over the loopback sshd loads its rows."""
+    environ = {k: v for k, v in env.items() if not k.startswith("AIRFLOW_CONN_")}
+    added = subprocess.run(
+        [str(BENCH), "airflow", "connections", "add", DB_CONN, "--conn-json", json.dumps(sshd.connection())],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=PROJECT_ROOT,
+    )
+    assert added.returncode == 0 and "Successfully added" in added.stdout, added.stdout + added.stderr
+    try:
+        done = bench_run(environ, "quiet_dbconn")
+        if done.returncode != 0:  # what the log says beside bench run's report
+            text = log_file(done.stdout).read_text()
+            at = text.find("Error running task")
+            pytest.fail(done.stdout[-1500:] + "\n" + text[at - 3000 : at + 4000])
+        assert ": success in " in done.stdout and "warehouse status: ok (3 rows)" in done.stdout, done.stdout[-3000:]
+    finally:
+        subprocess.run(
+            [str(BENCH), "airflow", "connections", "delete", DB_CONN],
+            env=environ,
+            capture_output=True,
+            timeout=300,
+            cwd=PROJECT_ROOT,
+        )

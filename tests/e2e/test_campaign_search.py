@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from benchflow import kinds
 from benchflow.kinds import parse_text
 from benchflow.kinds.serving.search import loadsearch
 from benchflow.remote import layout
 from benchflow.spec import SpecError, load_spec
-from benchflow.warehouse import Warehouse
+from benchflow.warehouse import Warehouse, queries
+from benchtools.runner.outcome import search_answer
 from tests.e2e.conftest import campaign_dags, on_free_ports, run_dag
 
 pytestmark = pytest.mark.e2e
@@ -51,7 +53,7 @@ SPEC = textwrap.dedent(
     benchmark:
       script: sweep.py
       search: {json.dumps(SEARCH)}
-      args: {{client: sglang, concurrency: [1], prompts: [60], input_len: 16, output_len: 8}}
+      args: {{client: sglang, input_len: 16, output_len: 8}}
     timeouts: {{server_ready: 120, benchmark: 1200, poke_interval: 2}}
     """
 )
@@ -76,6 +78,21 @@ def test_the_search_finds_the_servers_capacity_within_its_precision_and_budget(b
     bound = loadsearch.load_bound(2, 16, 0.1, True)
     assert found["loads"] <= bound and found["probes"] <= 2 * bound
     assert json.loads(found["slo"]) == SLO and found["goodput_rps"] > 0
+    # what bench run prints of it, read back as bench run reads it (validity from the probes' rows)
+    (answer,) = queries.search_results(
+        warehouse, kinds.side_table(kinds.get("serving"), kinds.LOAD_SEARCH), "bench_search_ssh", run_id
+    ).to_dict("records")
+    line = search_answer(answer)
+    assert line.startswith(
+        f"load search single: highest concurrency within the SLO (max_failed_fraction 0.05, p90_tpot_ms 60) "
+        f"{CAPACITY}, lowest failing {CAPACITY + 1}; goodput "
+    ), line
+    assert f"stopped: converged after {found['probes']} probes" in line, line
+    validity = set(warehouse.query("SELECT validity FROM serving_results WHERE run_id = ?", [run_id])["validity"])
+    if validity == {"ok"}:  # a probe measured beside a busy CPU is contended, and the answer says so
+        assert line.endswith("validity ok"), line
+    else:
+        assert "validity NOT OK: a probe was " in line and "not a valid figure" in line, (line, validity)
     trail = json.loads(found["trail"])
     assert len(trail) == found["probes"]
     probes = warehouse.query(

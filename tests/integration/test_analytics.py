@@ -444,7 +444,8 @@ def test_a_search_answer_carries_the_power_and_energy_measured_there(warehouse):
 
 def test_compare_takes_a_search_answer_by_its_bracket_and_leaves_noisy_rows_out_unless_asked(warehouse):
     """bench compare on load searches: one answer a side is compared by the brackets [highest pass, lowest fail],
-    never "not comparable"; a noisy repeat is left out and counted on its line, and compared with include_noisy."""
+    never "not comparable"; a noisy repeat is left out and counted on its line, and compared with include_noisy;
+    the answer resting on that repeat's config is not ok either, so it is compared only with include_noisy."""
     from benchflow.analysis.compare import Side, compare_runs
 
     def night(n: int, search: list[dict], noisy: bool = False) -> RunRecord:
@@ -455,8 +456,8 @@ def test_compare_takes_a_search_answer_by_its_bracket_and_leaves_noisy_rows_out_
         warehouse.load(run, SERVING, rows, None, {"serving_search": search})
         return run
 
-    older = night(1, [search_record("pd", 16), search_record("tp4", 8)])
-    newer = night(0, [search_record("pd", 24), search_record("tp4", 8) | {"fail_load": None}], noisy=True)
+    older = night(2, [search_record("pd", 16), search_record("tp4", 8)])
+    newer = night(1, [search_record("pd", 24), search_record("tp4", 8) | {"fail_load": None}])
 
     def row(a: Side, b: Side, metric: str, include_noisy: bool = False):
         (found,) = compare_runs(warehouse, a, b, metric=metric, include_noisy=include_noisy).rows
@@ -476,11 +477,17 @@ def test_compare_takes_a_search_answer_by_its_bracket_and_leaves_noisy_rows_out_
     assert open_above.bracket.ratio == (8 / 9, float("inf"))
     assert "no difference shown: the brackets overlap" in open_above.verdict(Side("serving_bracket", "tp4"))
 
-    tput = row(older_pd, newer_pd, "output_throughput")
+    noisy = night(0, [search_record("pd", 24)], noisy=True)
+    noisy_pd = Side("serving_bracket", "pd", noisy.run_id)
+    tput = row(older_pd, noisy_pd, "output_throughput")
     assert (tput.a_values, tput.b_values, tput.b_left_out) == (3, 2, "1 noisy")
-    assert "B left out 1 noisy" in tput.verdict(newer_pd)
-    everything = row(older_pd, newer_pd, "output_throughput", include_noisy=True)
+    assert "B left out 1 noisy" in tput.verdict(noisy_pd)
+    everything = row(older_pd, noisy_pd, "output_throughput", include_noisy=True)
     assert (everything.b_values, everything.b_left_out) == (3, "")
+    # pd's answer rests on the noisy repeat: not compared as measured ok, compared (and counted) when asked
+    assert compare_runs(warehouse, older_pd, noisy_pd, metric="pass_load").rows == []
+    answer = row(older_pd, noisy_pd, "pass_load", include_noisy=True)
+    assert answer.bracket is not None and answer.bracket.ratio == pytest.approx((24 / 17, 25 / 16))
 
 
 def test_rows_not_measured_ok_are_counted_by_validity_and_reason(warehouse):
@@ -501,3 +508,35 @@ def test_rows_not_measured_ok_are_counted_by_validity_and_reason(warehouse):
         {"validity": "contended", "reason": reason, "n": 3},
         {"validity": "noisy", "reason": "noisy: p90/p10 of the timed calls 2.4 (limit 1.5)", "n": 1},
     ]
+
+
+def test_a_search_answer_whose_probes_were_contended_is_not_ok_and_never_judged(warehouse):
+    """The answer rests on every probe of its config: one contended probe and the answer is not ok in
+    metric_samples (left out of case_summary and of the baseline), and the view's query says so."""
+    from benchflow.kinds import side_table
+    from benchflow.warehouse import queries
+
+    run = night_run("search_busy", 0)
+    rows = [serving_row("pd", 8, 800.0), {**serving_row("pd", 16, 1600.0), "validity": "contended"}]
+    warehouse.load(run, SERVING, rows, None, {"serving_search": [search_record("pd", 12)]})
+    answers = warehouse.query(
+        f"SELECT value, validity FROM metric_samples WHERE run_id = {warehouse.p} AND campaign = 'search_busy' "
+        "AND metric = 'pass_load'",
+        [run.run_id],
+    )
+    assert answers.to_dict("records") == [{"value": 12.0, "validity": "contended"}]
+    summary = warehouse.query(
+        f"SELECT n FROM case_summary WHERE run_id = {warehouse.p} AND campaign = 'search_busy' "
+        "AND metric = 'pass_load'",
+        [run.run_id],
+    )
+    assert summary.empty
+    side = side_table(SERVING, "load_search")
+    assert side is not None
+    shown = queries.search_results(warehouse, side, run.dag_id, run.run_id)
+    assert shown["validity"].tolist() == ["contended"]
+    answers_view = warehouse.query(
+        f"SELECT validity FROM serving_search_answers WHERE dag_id = {warehouse.p} AND run_id = {warehouse.p}",
+        [run.dag_id, run.run_id],
+    )
+    assert answers_view["validity"].tolist() == ["contended"]

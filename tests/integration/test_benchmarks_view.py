@@ -63,9 +63,29 @@ def test_a_campaign_page_has_its_table_verdict_regressions_and_links(client):
     assert tonight.run_id in page and "tok_per_s" in page and "us_per_token" in page
     assert 'verdict: <span class="bad">6 regression(s) against 14 baseline nights</span>' in page
     regressions = page.split("<h2>Regressions</h2>")[1].split("<h2>")[0]
-    assert regressions.count("<tr>") == 1 + 6  # 3 cases x 2 trend metrics (the trend charts circle them)
+    # One row a case: its two trend metrics are one change (us_per_token up is tok_per_s down), listed together,
+    # each with the change and how sure it is (one value a night here: the z-score, and no interval to give).
+    assert regressions.count("<tr>") == 1 + 3
+    rows = regressions.split("<tr>")[2:]
+    assert all("us_per_token" in row and "tok_per_s" in row and "(z " in row for row in rows)
     assert 'target="_top"' in page and "/dags/bench_moe_kernel_nightly/runs/scheduled__" in page
     assert "http://" not in page and "https://" not in page  # nothing from elsewhere
+
+
+def test_a_manual_run_after_a_regressed_night_does_not_hide_it(client):
+    """The latest valid run is a manual one (never judged): the page's first lines still say last night regressed,
+    with a link to that run."""
+    http, tonight, root = client
+    warehouse = Warehouse.at(root / "warehouse.duckdb")
+    manual = night_run("moe_kernel_nightly", -1, run_type="manual")
+    row = {"ms_per_call": 1.0, "tok_per_s": 1000.0, "us_per_token": 1000.0, "note": ""}
+    warehouse.load(manual, KERNEL, [{"m": m, **row} for m in (1, 16, 256)])
+    detect(warehouse, manual.dag_id, manual.run_id, RegressionLimits())
+    page = http.get("/campaign/moe_kernel_nightly").text
+    head = page.split("<table>")[0]
+    assert manual.run_id in head and 'verdict: <span class="unjudged">not judged (manual run)</span>' in head
+    assert "The newest judged run" in head and tonight.run_id in head
+    assert '<span class="bad">6 regression(s) against 14 baseline nights</span>' in head
 
 
 def test_serving_configs_are_compared_at_each_concurrency(client):
@@ -73,6 +93,7 @@ def test_serving_configs_are_compared_at_each_concurrency(client):
     page = http.get("/campaign/serving_%3Cb%3Emix%3C%2Fb%3E").text
     assert "output_throughput of each config at each concurrency" in page
     assert "<th>pd</th><th>tp4</th>" in page  # the configs side by side, one row per concurrency
+    assert "mean of the ok repeats per case (95 % interval)" in page and ", n=1)" not in page
     assert "not judged (2 of 5 nights)" in page and "<b>mix</b>" not in page
     assert "no regression" not in page and "none found" not in page
 

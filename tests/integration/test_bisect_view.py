@@ -83,7 +83,7 @@ def test_a_finding_offers_bisect_with_its_conf(filled):
     assert conf["campaign"] == "toy" and conf["good"] == OLD and conf["bad"] == NEW
     found = queries.findings(warehouse, "toy")
     assert {(conf["case"], conf["metric"])} <= set(zip(found["case_key"], found["metric"], strict=True))
-    assert len(links) == len(found)  # one per finding
+    assert len(links) == len(set(found["case_key"]))  # one per regressed case (its metrics are one change)
 
 
 def test_a_bisection_is_stored_and_its_probe_chain_shown(filled):
@@ -114,6 +114,26 @@ def test_a_bisection_is_stored_and_its_probe_chain_shown(filled):
     assert saved_again == result and len(queries.bisection_probes(warehouse, "bench_bisect", "manual__bisect")) == len(
         chain
     )
+
+
+def test_a_bisection_is_on_its_page_from_its_start_with_the_probe_runs_under_way(filled):
+    """Saved at the start and at each planned round (the bisect DAG's start and plan tasks): before any probe has a
+    value the page shows the bisection running and each probe run of the round, linked to its state in Airflow."""
+    warehouse, _, http = filled
+    meta = {"campaign": "toy", "campaign_dag_id": "bench_toy", "case": "m=16", "metric": "us_per_token"}
+    bisection = Bisection(good=OLD, commits=SHAS[1:], better="lower", repeats=5, meta=meta | {"runs": {}})
+    bisection.meta |= {"good_sha": OLD, "bad_sha": NEW}
+    steps.save(bisection, warehouse, "bench_bisect", "manual__fresh")
+    assert "manual__fresh" in http.get("/bisections").text  # listed from its first second
+    picks = bisection.next_round(now=0.0)
+    for sha in picks:
+        bisection.meta["runs"][sha] = [steps.run_id_for("manual__fresh", 1, sha)]
+    result = steps.save(bisection, warehouse, "bench_bisect", "manual__fresh")
+    assert result["summary"] == f"running: confirming good and bad, {len(picks)} probe run(s) under way"
+    page = http.get("/bisection/bench_bisect/manual__fresh").text
+    assert "Probe runs under way" in page and "confirming good and bad" in page
+    for sha in picks:
+        assert f"/dags/bench_toy/runs/{steps.run_id_for('manual__fresh', 1, sha)}" in page
 
 
 def test_the_bisection_pages_need_a_session_and_a_role_that_reads_the_bisect_runs(filled, auth):  # noqa: F811

@@ -228,3 +228,33 @@ def test_parse_refuses_what_is_not_a_benchmark_output_file_without_blocking(tmp_
         result = subprocess.run([BENCH, "parse", str(path)], capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and f"{path}: " in result.stderr and why in result.stderr, result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_compare_says_when_every_row_was_left_out_as_not_ok_and_reminds_what_include_noisy_compares(
+    tmp_path, airflow_db
+):
+    import os
+
+    from benchflow import kinds
+    from benchflow.warehouse import Warehouse
+    from tests.integration.test_analytics import night_run
+
+    var = tmp_path / "var"
+    var.mkdir()
+    warehouse = Warehouse.at(var / "warehouse.duckdb")
+    warehouse.migrate()
+    runs = {}
+    for night, validity in ((1, "ok"), (0, "contended")):
+        row = {"ms_per_call": 1.0, "tok_per_s": 1000.0, "us_per_token": 1000.0, "note": "", "validity": validity}
+        run = night_run("cmp_busy", night)
+        warehouse.load(run, kinds.get("kernel"), [{"m": m, "repeat": r, **row} for m in (1, 2) for r in (1, 2)])
+        runs[validity] = run.run_id
+    env = {**os.environ, "BENCH_VAR_DIR": str(var)}
+    sides = [f"cmp_busy@{runs['ok']}", f"cmp_busy@{runs['contended']}"]
+    done = subprocess.run([BENCH, "compare", *sides], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1
+    assert "share no point and metric measured ok (B left out 8 contended; --include-noisy compares" in done.stderr
+    noisy = [BENCH, "compare", *sides, "--include-noisy"]
+    done = subprocess.run(noisy, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "warning: B compares rows that were not judged ok (8 contended)" in done.stdout

@@ -180,3 +180,19 @@ def test_a_warehouse_connection_of_another_type_is_refused(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_BENCH_WAREHOUSE", json.dumps({"conn_type": "mysql", "host": "x"}))
     with pytest.raises(ValueError, match="has type 'mysql'; use one of 'duckdb', 'postgres', 'postgresql'"):
         Warehouse.from_airflow()
+
+
+def test_a_snapshot_older_than_the_warehouse_is_said_and_bench_migrate_publishes_it_again(tmp_path):
+    """A publish that failed (a full disk) leaves readers on an older snapshot: bench run's report says so instead
+    of "(no rows loaded)", and the next write (bench migrate) publishes the warehouse again."""
+    import os
+
+    path = tmp_path / "warehouse.duckdb"
+    Warehouse.at(path).migrate()
+    reader = Warehouse.at(path, read_only=True).hook
+    assert not reader.snapshot_stale()
+    earlier = path.stat().st_mtime - 60
+    os.utime(reader.snapshot_path(), (earlier, earlier))  # a commit after it whose publish failed
+    assert reader.snapshot_stale()
+    Warehouse.at(path).migrate()  # nothing to apply, but the write publishes
+    assert not reader.snapshot_stale()

@@ -200,8 +200,13 @@ def test_allowed_sources():
         "https://git.example.org/kernels/moe.git",
         "ssh://bench@git.example.org:2222/kernels/moe.git",
         "git@git.example.org:kernels/moe.git",
+        "ssh://git@[::1]:2222/kernels/moe.git",  # an IPv6 host: its '::' is no transport helper
+        "https://[2001:db8::7]/kernels/moe.git",
     ):
         assert payloads.validate_source(url) == url
+    for helper in ("ext::sh -c evil", "fd::7", "git-remote-x::whatever"):
+        with pytest.raises(PayloadError, match="transport helpers"):
+            payloads.validate_source(helper)
     spec = payloads.GitPayload(repo="/srv/git/moe.git", ref="main", path="kernels/moe")
     assert spec.path == "kernels/moe"
     with pytest.raises(PayloadError, match="is not a relative folder"):

@@ -93,3 +93,43 @@ def test_in_the_schedulers_transaction_the_pool_is_written_with_its_commit(airfl
         run.notify_dagrun_state_changed(msg="started")
         guard.commit()
     assert pool_slots(host_pool(host)) == 1
+
+
+def test_a_starting_bisection_unpauses_the_campaign_it_probes_and_says_so(airflow_db, caplog):
+    """Campaign DAGs start paused and a paused DAG's runs never start: a bisection's probes would wait for days.
+    The listener unpauses the campaign its conf names as the scheduler starts the bisect run, and logs why; a run
+    of any other DAG, or a conf naming no campaign, changes nothing."""
+    from airflow.listeners.listener import get_listener_manager
+    from airflow.models.dag import DagModel
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+
+    from benchflow import bisect_listener
+
+    assert bisect_listener in get_listener_manager().pm.get_plugins()
+    campaign = f"paused_{time.time_ns()}"
+    from airflow.models.dagbundle import DagBundleModel
+
+    with create_session() as session:
+        if session.get(DagBundleModel, "dags-folder") is None:
+            session.add(DagBundleModel(name="dags-folder"))
+            session.flush()
+        session.add(DagModel(dag_id=f"bench_{campaign}", is_paused=True, bundle_name="dags-folder"))
+
+    def paused() -> bool:
+        with create_session() as session:
+            return bool(session.get(DagModel, f"bench_{campaign}").is_paused)
+
+    def start(dag_id: str, conf: dict) -> None:
+        run = DagRun(dag_id=dag_id, run_id=f"manual__{time.time_ns()}", run_type="manual", conf=conf)
+        run.state = DagRunState.RUNNING
+        run.notify_dagrun_state_changed(msg="started")
+
+    start("bench_other", {"campaign": campaign})  # not a bisection
+    start("bench_bisect", {"campaign": "Robert'; --"})  # not a campaign name
+    assert paused()
+    with caplog.at_level(logging.WARNING):
+        start("bench_bisect", {"campaign": campaign, "case": "m=64", "metric": "tok_per_s"})
+    assert not paused()
+    assert f"unpaused bench_{campaign}: this bisection's probes are runs of it" in caplog.text

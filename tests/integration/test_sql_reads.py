@@ -297,3 +297,27 @@ def test_a_statement_past_its_timeout_is_cancelled(backend, sql):
         slow = "SELECT count(*) FROM generate_series(1, 100000000) a, generate_series(1, 100000000) b"
     done = sql(env, slow, "--timeout", "1")
     assert done.returncode == 1 and "ran past 1 s and was cancelled (--timeout 1)" in done.stderr
+
+
+def test_a_load_and_a_read_on_postgresql_log_no_line_per_statement():
+    """bench run on PostgreSQL printed a "Rows affected" line for every statement of its load and reads (Airflow's
+    DbApiHook logs one): a process that migrates, loads and reads prints none."""
+    schema = f"quiet_{uuid.uuid4().hex[:10]}"
+    script = (
+        "from benchflow import kinds\n"
+        "from benchflow.warehouse import Warehouse\n"
+        "from tests.integration.test_warehouse import ROWS, record\n"
+        f"w = Warehouse.postgres({PG_URI!r}, search_path={schema!r})\n"
+        "w.migrate()\n"
+        "w.load(record(), kinds.get('kernel'), ROWS)\n"
+        "print('runs', len(w.query('SELECT * FROM runs')))\n"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120
+        )
+        assert done.returncode == 0 and "runs 1" in done.stdout, done.stderr[-2000:]
+        assert "Rows affected" not in done.stdout + done.stderr
+    finally:
+        with Warehouse.postgres(PG_URI).transaction() as tx:
+            tx.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

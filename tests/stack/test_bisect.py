@@ -104,8 +104,13 @@ def test_bisection_names_commit_11_reusing_two_nightly_results_probing_two_commi
 
 
 def test_a_regression_that_was_noise_ends_not_reproduced_after_confirm(stack, repos):
+    """Of a campaign whose DAG is paused (as every campaign DAG starts): the bisection unpauses it as it starts,
+    says so in its run's note, and its probes run."""
+    stack.api("PATCH", "/dags/bench_toy_noise", json={"is_paused": True}).raise_for_status()
     conf = {"campaign": "toy_noise", "case": CASE, "metric": METRIC, "good": "c1", "bad": "main", "repeats": REPEATS}
     run_id, state = bisect(stack, conf)
+    assert "unpaused bench_toy_noise" in (stack.api("GET", f"/dags/bench_bisect/dagRuns/{run_id}").json()["note"] or "")
+    assert stack.api("GET", "/dags/bench_toy_noise").json()["is_paused"] is False
     tasks = stack.task_instances("bench_bisect", run_id)
     assert state == "success", {t: ti["state"] for t, ti in tasks.items()}
     found = queries.bisection(warehouse_of(stack), "bench_bisect", run_id).iloc[0]

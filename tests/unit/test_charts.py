@@ -184,6 +184,60 @@ def test_the_load_search_chart_has_bounds_slo_answer_and_bracket():
     assert "answer 3" in data["layout"]["title"]["text"] and "goodput at the answer 2.5 req/s" in caption
 
 
+def test_each_panel_colours_a_probe_by_its_own_objective_and_a_contended_answer_says_so():
+    """A probe that failed on TTFT passed TPOT: the TPOT panel shows it passing. An answer one of whose probes
+    was contended says, in its caption, that it is not ok."""
+
+    def check(key, verdict, estimate):
+        return {
+            "key": key,
+            "limit": 100,
+            "n": 400,
+            "estimate": estimate,
+            "lower": estimate - 5,
+            "upper": estimate + 5,
+            "verdict": verdict,
+        }
+
+    trail = [
+        {
+            "load": 1,
+            "repeat": 1,
+            "verdict": "pass",
+            "checks": [check("p99_ttft_ms", "pass", 50), check("p99_tpot_ms", "pass", 20)],
+        },
+        {
+            "load": 2,
+            "repeat": 1,
+            "verdict": "fail",
+            "checks": [check("p99_ttft_ms", "fail", 300), check("p99_tpot_ms", "pass", 30)],
+        },
+    ]
+    result = {
+        "config": "pd",
+        "over": "concurrency",
+        "slo": json.dumps({"p99_ttft_ms": 100, "p99_tpot_ms": 100}),
+        "reason": "converged",
+        "pass_load": 1.0,
+        "fail_load": 2.0,
+        "fail_verdict": "fail",
+        "probes": 2,
+        "loads": 2,
+        "seconds": 9.0,
+        "goodput_rps": None,
+        "trail": json.dumps(trail),
+        "validity": "contended",
+    }
+    fig, caption = charts_pages.search_chart(result, "run1")
+    panels: dict[str, dict[str, list]] = {}
+    for trace in as_json(fig)["data"]:
+        panel = "tpot" if trace.get("xaxis") == "x2" else "ttft"
+        panels.setdefault(panel, {})[trace["name"]] = trace["x"]
+    assert panels["ttft"].get("pass") == [1] and panels["ttft"].get("fail") == [2]
+    assert sorted(panels["tpot"]["pass"]) == [1, 2] and not panels["tpot"].get("fail")
+    assert caption.startswith("NOT OK: a probe of this config was contended")
+
+
 def test_a_search_without_an_answer_says_so():
     result = {
         "config": "pd",
@@ -277,3 +331,24 @@ def test_a_kernel_runs_telemetry_is_one_timeline_of_every_gpu_with_its_sizes_as_
     assert {t["name"] for t in data["data"]} == {"GPU 0", "GPU 1"}  # no server named: every GPU sampled
     assert [a["text"] for a in data["layout"]["annotations"]] == ["dtype=bf16, m=1", "dtype=bf16, m=64"]
     assert caption.startswith("2 GPU(s), 2 phase(s) shaded") and "means of" not in caption
+
+
+def test_a_mean_cell_is_of_the_ok_repeats_with_its_interval_or_says_there_is_none():
+    assert charts_pages._mean_cell({"values": ""}) == "no ok repeat"
+    assert charts_pages._mean_cell({"values": "100.0"}) == "100 (n=1)"
+    cell = charts_pages._mean_cell({"values": "5.0,300.0,2000.0"})
+    assert cell.startswith("768.3 (") and cell.endswith(", n=3)") and "–" in cell and "-" not in cell.split("(")[1]
+
+
+def test_a_case_from_benchmark_output_is_never_markup_on_an_axis():
+    axis, label = charts_pages._case_axis("case", ['<a href="https://evil.example">x</a>', "b"])
+    assert axis.type == "category" and "<" not in label('<a href="https://evil.example">x</a>')
+    assert label("") == "(no case)" and label("plain") == "plain"
+
+
+def test_a_log_value_axis_labels_its_ticks_in_full():
+    from benchflow.ui.charts import value_axis
+
+    layout = value_axis("p99_ttft_ms (ms)", [90.0, 900.0, 2000.0]).layout()
+    assert layout["type"] == "log" and layout["tickvals"] == [100.0, 200.0, 500.0, 1000.0, 2000.0]
+    assert layout["ticktext"] == ["100", "200", "500", "1000", "2000"]

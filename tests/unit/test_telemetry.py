@@ -478,6 +478,22 @@ def test_request_times_from_vllm_start_times_and_derived_for_sglang():
     assert min(r["start_s"] for r in rows) == pytest.approx(510.0 - sglang["duration"])
 
 
+def test_a_request_whose_client_times_do_not_read_is_a_failed_request():
+    """A NaN TTFT or gap from a client is not a success with a value that sorts anywhere: the request fails,
+    saying why, and counts in the failed fraction of a search (benchhost.loadsearch.completed)."""
+    summary = {
+        "ttfts": [0.05, float("nan"), 0.05, 0.0],
+        "itls": [[0.01, 0.01], [0.01], [0.01, float("inf")], []],
+        "errors": ["", "", "", ""],
+        "output_lens": [3, 2, 3, 0],
+    }
+    rows = sweep.request_rows(summary, "single", 4)
+    assert [r["ok"] for r in rows] == [True, False, False, False]
+    assert rows[1]["error"].endswith("not a finite number >= 0: nan") and rows[2]["error"].endswith(": inf")
+    assert rows[3]["error"] == ""  # no first token: failed, with nothing to say about times
+    assert rows[0]["e2e_ms"] == pytest.approx(70.0) and rows[1]["ttft_ms"] is None
+
+
 def test_request_times_of_the_local_load_generator_put_the_first_completion_at_its_line():
     rows = [{"ok": True, "ttft_ms": 10.0, "e2e_ms": e} for e in (100.0, 300.0, 200.0, 50.0)]
     rows.append({"ok": False, "ttft_ms": None, "e2e_ms": None})

@@ -8,6 +8,7 @@ bench compare A B [--point P] [--metric M]  is B better than A? (configs, runs o
 bench migrate                             create or update the warehouse's tables and views
 bench pools                               create the Airflow pool of every spec's host (one slot each)
 bench up [--port N] [--db D]              start Airflow for this project here (no Docker); bench down stops it
+bench airflow ARGS                        Airflow's CLI on this checkout's metadata DB (connections, variables)
 """
 
 from __future__ import annotations
@@ -270,6 +271,18 @@ def _replace(out: Path, write: Any) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def cmd_airflow(args: argparse.Namespace) -> int:
+    """``airflow ARGS`` in this process's environment once it points at this checkout (configure_airflow)."""
+    configure_airflow()
+    if args.arguments[:1] != ["db"]:  # the tables bench run would make, before a first connection lands there
+        from airflow.utils.db import upgradedb
+
+        print("bench airflow: this checkout's metadata DB, migrated if it needs it", file=sys.stderr, flush=True)
+        upgradedb()
+    airflow = Path(sys.executable).parent / "airflow"
+    os.execv(str(airflow), [str(airflow), *args.arguments])  # noqa: S606 (replaces this process: airflow's exit code)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from benchflow.analysis.compare import RATIO, Side, compare_runs
     from benchflow.warehouse import Warehouse
@@ -284,17 +297,37 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 1
     print(f"A: {outcome.a.describe()}")
     print(f"B: {outcome.b.describe()}")
+    left_out = [(name, side.not_ok()) for name, side in (("A", outcome.a), ("B", outcome.b)) if side.not_ok()]
     if not outcome.rows:
-        print(f"bench compare: {a} and {b} share no point and metric", file=sys.stderr)
+        why = f"{a} and {b} share no point and metric"
+        if left_out and not args.include_noisy:
+            said = "; ".join(f"{name} left out {text}" for name, text in left_out)
+            why += f" measured ok ({said}; --include-noisy compares them anyway)"
+        print(f"bench compare: {why}", file=sys.stderr)
         return 1
     print(f"{b} against {a}: {RATIO}")
+    if args.include_noisy:
+        for name, text in left_out:
+            print(f"warning: {name} compares rows that were not judged ok ({text}): their figures are not clean")
     for warning in outcome.warnings:
         print(f"warning: {warning}")
     for row in outcome.rows:
         left, right = (row.bracket.a, row.bracket.b) if row.bracket else (None, None)
         figures = f"A {_figure(row.a, row.a_values, left)} B {_figure(row.b, row.b_values, right)}"
         print(f"{row.point:<18} {row.metric:<20} {figures} {row.verdict(b)}")
+    print(f"side by side, with charts: {_compare_url([args.a, args.b])}")
     return 0
+
+
+def _compare_url(sides: list[str]) -> str:
+    """The Benchmarks view's comparison page of these sides: on the stack ``bench up`` runs, else the path on
+    any api-server."""
+    from benchflow.ui.compare_pages import href
+    from benchtools.up import read_state
+
+    state = read_state()
+    base = str(state["url"]) if state else "<api-server>"
+    return f"{base}/benchmarks/{href(sides)}"
 
 
 def _figure(summary: Any, count: int, bracket: tuple[float, float | None] | None = None) -> str:
@@ -451,6 +484,15 @@ SUBCOMMANDS: list[tuple[str, Callable[[argparse.Namespace], int], str, str, list
         ],
     ),
     ("down", cmd_down, "stop what bench up started", "Stop what bench up started.", []),
+    (
+        "airflow",
+        cmd_airflow,
+        "Airflow's own CLI, on this checkout's metadata DB",
+        "Run Airflow's CLI with this checkout's Airflow home, metadata database, DAGs and plugins (the ones bench run "
+        "and bench up use), e.g. bench airflow connections add gpu_node_1 --conn-json '{...}'. A bare `airflow` "
+        "without them writes to a database of its own that no bench command reads.",
+        [arg("arguments", nargs=argparse.REMAINDER, help="what to pass to airflow, e.g. connections list")],
+    ),
 ]
 
 

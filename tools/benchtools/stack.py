@@ -391,14 +391,32 @@ class AirflowStack:
                 if ti["state"] not in ("failed", "upstream_failed"):
                     continue
                 path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{max(1, ti['try_number'])}"
-                reply = self.api("GET", path, params={"full_content": "true"}, headers={"Accept": "text/plain"})
-                parts.append(f"{dag_id} {run_id} {task_id}: {ti['state']}\n{reply.text[-chars:]}")
+                reply = self.api("GET", path, params={"full_content": "true"}, headers={"Accept": "application/json"})
+                parts.append(f"{dag_id} {run_id} {task_id}: {ti['state']}\n{log_text(reply)[-chars:]}")
         return "\n\n".join(parts) or "(no failed task)"
 
     def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
         reply = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 100})
         reply.raise_for_status()
         return {ti["task_id"]: ti for ti in reply.json()["task_instances"]}
+
+
+def log_text(reply: Any) -> str:
+    """A task log from the REST API (JSON: its structured lines under ``content``) as lines of text."""
+    try:
+        content = reply.json().get("content", [])
+    except ValueError:
+        return str(reply.text)
+    if isinstance(content, str):
+        return content
+    lines = []
+    for entry in content:
+        if isinstance(entry, dict):
+            fields = ("timestamp", "level", "event", "error_detail")
+            lines.append(" ".join(str(entry[k]) for k in fields if entry.get(k)))
+        else:
+            lines.append(str(entry))
+    return "\n".join(lines)
 
 
 def campaign_folder(root: Path, specs: dict[str, str], payloads: dict[str, Path]) -> tuple[Path, Path]:

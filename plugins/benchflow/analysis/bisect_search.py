@@ -383,6 +383,9 @@ class Bisection:
             out["summary"] = f"the first bad commit is one of {len(suspects)}, after {self.sha(lo)[:12]}"
         else:
             out["summary"] = confirmation.reason if confirmation else f"{status}: {self.stopped or 'confirming'}"
+        if status == "running" and self.outstanding:
+            what = "confirming good and bad" if confirmation is None else f"round {len(self.rounds)}"
+            out["summary"] = f"running: {what}, {len(self.outstanding)} probe run(s) under way"
         if status == "found":
             parent, first = self.sha(lo), self.sha(hi)
             ratio = Ratio.of(compare(self.samples[parent], self.samples[first], self.better))

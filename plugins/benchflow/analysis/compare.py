@@ -87,6 +87,13 @@ class Resolved:
         config = f", config {self.side.config}" if self.side.config else ""
         return f"{self.side} = run {self.run_id} (night {self.night}, {self.run_type}{config})"
 
+    def not_ok(self) -> str:
+        """``9 contended, 1 noisy``: this side's rows that were not judged ok, left out or (``--include-noisy``)
+        compared anyway; empty when every row was ok."""
+        frame = self.left_out if self.left_out is not None and len(self.left_out) else self.samples
+        counts = frame[frame["validity"] != "ok"]["validity"].value_counts()
+        return ", ".join(f"{int(n)} {validity}" for validity, n in sorted(counts.items()))
+
 
 @dataclass(frozen=True)
 class Bracket:

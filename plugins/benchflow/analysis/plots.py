@@ -20,6 +20,32 @@ if TYPE_CHECKING:
     from benchflow.warehouse import Warehouse
 
 
+def report_targets(events: Any) -> tuple[list[tuple[str, str]], list[str]]:
+    """The (dag_id, run_id) of each ``bench_results`` event that a campaign run's load emitted, and why each
+    other one is ignored: an event posted through the REST API, or by another DAG, may name any run, so its
+    ``extra`` must name the run that emitted it (``source_dag_id``/``source_run_id``) and a campaign DAG."""
+    from benchflow.spec import DAG_PREFIX, RESERVED_NAMES
+
+    found: list[tuple[str, str]] = []
+    ignored: list[str] = []
+    for asset_events in events.values():
+        for event in asset_events:
+            extra = event.extra or {}
+            dag_id, run_id = extra.get("dag_id"), extra.get("run_id")
+            source = (getattr(event, "source_dag_id", None), getattr(event, "source_run_id", None))
+            if not isinstance(dag_id, str) or not isinstance(run_id, str):
+                ignored.append(f"an event without a run ({str(extra)[:200]})")
+            elif (
+                source != (dag_id, run_id)
+                or not dag_id.startswith(DAG_PREFIX)
+                or dag_id.removeprefix(DAG_PREFIX) in RESERVED_NAMES
+            ):
+                ignored.append(f"an event naming {dag_id[:100]} {run_id[:100]} that its run did not emit")
+            elif (dag_id, run_id) not in found:
+                found.append((dag_id, run_id))
+    return found, ignored
+
+
 def render(warehouse: Warehouse, dag_id: str, run_id: str, out: ObjectStoragePath) -> list[ObjectStoragePath]:
     """Draw every plot that the run's data allows into ``out``; return the files written."""
     import matplotlib

@@ -83,6 +83,10 @@ class SideTable:
     # What the table is to the rest of the library, where it has a page or a query of its own: "load_search" (a
     # load search's answers, one row per config), "" for none. The view and the warehouse find tables by role.
     role: str = ""
+    # The kind's own rows a row of this table was measured by (a search's answer: every probe of its config): those
+    # of the same run with the same values of these columns. The row is ok only when they all are; its validity in
+    # metric_samples is the first other one of theirs (none: every row counts as ok).
+    judged_by: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -166,7 +170,11 @@ class ResultKind:
 
     def __post_init__(self) -> None:
         names = self.column_names
-        for what, used in (("key", self.key), ("shown", self.shown), ("trend", [t.column for t in self.trend])):
+        for what, used in (
+            ("key", self.key),
+            ("shown", self.shown),
+            ("trend", [t.column for t in self.trend]),
+        ):
             if unknown := [c for c in used if c not in names]:
                 raise ValueError(f"kind {self.name!r}: {what} names unknown columns {unknown}")
         for what, column in (("repeat", self.repeat), ("group", self.group)):
@@ -209,6 +217,10 @@ class ResultKind:
             if trend.column == metric:
                 return trend.better
         raise KeyError(f"kind {self.name!r} does not trend {metric!r}")
+
+    def energy(self) -> list[str]:
+        """The columns of joules per unit of work (unit ``J/…``): lower is better."""
+        return [c.name for c in self.columns if c.unit.startswith("J/")]
 
     def trends(self) -> list[str]:
         """Every metric judged night over night: the kind's own and its side tables'."""
@@ -312,6 +324,11 @@ def default() -> ResultKind:
 def side_table(kind: ResultKind, role: str) -> SideTable | None:
     """The kind's side table of ``role`` (see :class:`SideTable`), or None when it has none."""
     return next((side for side in kind.side_tables if side.role == role), None)
+
+
+def owner(side: SideTable) -> ResultKind:
+    """The kind a side table belongs to."""
+    return next(kind for kind in all_kinds() if side in kind.side_tables)
 
 
 def bracketed(metric: str) -> tuple[SideTable, Trend] | None:

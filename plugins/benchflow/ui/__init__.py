@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from html import escape
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
-from benchflow.ui import bisection_pages, charts, pages
+from benchflow.ui import bisection_pages, charts, compare_pages, pages
 
 WORKERS = 4  # threads that read the warehouse for the view: a hung warehouse holds these, nothing else
 QUEUED = 8  # requests that may wait for a thread (within their time); past that, a 503 at once
@@ -194,6 +194,32 @@ async def campaign(campaign: str, viewer: SignedIn) -> HTMLResponse:
         return _page(f"{campaign}: Benchmarks", body)
 
     return await _render(work, campaign)
+
+
+@app.get("/compare", response_class=HTMLResponse)
+async def comparison(
+    viewer: SignedIn,
+    side: Annotated[list[str] | None, Query(max_length=MAX_NAME)] = None,
+    baseline: Annotated[str | None, Query(max_length=MAX_NAME)] = None,
+) -> HTMLResponse:
+    """Configs of any campaigns side by side (:mod:`benchflow.ui.compare_pages`); the user must be able to read
+    the runs of every side's DAG."""
+    sides = side or []
+
+    def work() -> HTMLResponse:
+        for text in sides:
+            dag_id = pages.dag_id_of(text.split(":")[0].split("@")[0])
+            if not viewer.may_read(dag_id, runs=True):
+                return _page("Comparison", pages.forbidden(f"read the runs of {dag_id}"), status=403)
+        warehouse = _warehouse()
+        try:
+            body = compare_pages.page(warehouse, sides, baseline, pages.campaigns(warehouse), pages.specs()[0])
+        except compare_pages.Refused as exc:
+            back = '<p class="muted"><a href="./">All campaigns</a></p>'
+            return _page("Comparison", f'{back}<p class="bad">{escape(pages.clip(str(exc)))}</p>', status=400)
+        return _page("Comparison: Benchmarks", body)
+
+    return await _render(work, "Comparison")
 
 
 @app.get("/bisections", response_class=HTMLResponse)

@@ -9,7 +9,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
-from benchflow.ui.markup import run_href, table
+from benchflow.ui.markup import dag_id_of, run_href, table
 from benchflow.warehouse import queries
 
 if TYPE_CHECKING:
@@ -107,9 +107,26 @@ def detail(warehouse: Warehouse, dag_id: str, run_id: str) -> str:
         )
     for note in result.get("notes") or []:
         out.append(f'<p class="muted">note: {escape(str(note))}</p>')
+    out.append(_under_way(result.get("planned") or [], str(row["campaign"])))
     out.append("<h2>Probe chain</h2>")
     out.append(chain_table(probes))
     return "".join(out)
+
+
+def _under_way(planned: list[dict[str, Any]], campaign: str) -> str:
+    """The probe runs of the round under way: each commit and its campaign run (its page shows queued or
+    running), before any value of theirs is in."""
+    if not planned:
+        return ""
+    dag_id = dag_id_of(campaign)
+    rows = "".join(
+        f'<tr><td class="text"><code>{escape(_short(p.get("sha")))}</code></td><td>{int(p.get("round") or 0)}</td>'
+        f'<td class="text"><a href="{escape(run_href(dag_id, str(p.get("run_id"))))}" target="_top">'
+        f"{escape(str(p.get('run_id')))}</a></td></tr>"
+        for p in planned
+    )
+    head = '<tr><th class="text">commit</th><th>round</th><th class="text">probe run (its state in Airflow)</th></tr>'
+    return f"<h2>Probe runs under way</h2><table><thead>{head}</thead><tbody>{rows}</tbody></table>"
 
 
 def chain_table(probes: pd.DataFrame) -> str:

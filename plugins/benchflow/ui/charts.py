@@ -127,7 +127,21 @@ def value_axis(title: str, values: Iterable[float]) -> Axis:
     """A value axis: log when the values are wide apart, else linear from zero (never a range that starts near
     the data, where a 1 % gap looks large)."""
     values = list(values)
-    return Axis(title, "log") if wide(values) else Axis(title, "linear", zero=all(v >= 0 for v in values if v == v))
+    if wide(values):
+        return Axis(title, "log", ticks=log_ticks(values))
+    return Axis(title, "linear", zero=all(v >= 0 for v in values if v == v))
+
+
+def log_ticks(values: Iterable[float]) -> tuple[float, ...]:
+    """1-2-5 ticks over the values' span, each labelled in full (``2000``): Plotly's own ticks on a log axis of
+    about one decade label the minor ones by their first digit only (``2, 3, 4`` for 2000 ms)."""
+    finite = [v for v in values if v is not None and math.isfinite(v) and v > 0]
+    low, high = min(finite), max(finite)
+    ticks = [
+        m * 10.0**k for k in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1) for m in (1, 2, 5)
+    ]
+    inside = [t for t in ticks if low / 1.5 <= t <= high * 1.5]
+    return tuple(inside) if len(inside) >= 2 else tuple(ticks)
 
 
 def level_axis(title: str, levels: Iterable[float]) -> Axis:
@@ -185,6 +199,7 @@ def traces(series: Sequence[Series], x_axis: Axis, unit: str, mode: str = "lines
             "type": "scatter",
             "mode": mode,
             "name": escape(s.name),
+            "legendgroup": escape(s.name),
             "x": [p.x for p in points],
             "y": [p.y for p in points],
             "customdata": [p.href for p in points],
@@ -257,6 +272,34 @@ def left_out(points: Sequence[tuple[Any, float, str]], x: Axis, unit: str) -> di
         ],
         "hoverinfo": "text",
         "marker": {"symbol": "x-thin-open", "size": 9, "color": "#888", "line": {"width": 1.5, "color": "#888"}},
+    }
+
+
+def flagged(
+    points: Sequence[tuple[Any, float, str]], x: Axis, unit: str, series: str, run_id: str, index: int
+) -> dict[str, Any]:
+    """A series' rows not judged ok (noisy, throttled, contended) as hollow markers in the series' own colour and
+    legend group: never merged with another series' rows, each hover naming the series, its run and why."""
+    look = style(index)
+    return {
+        "type": "scatter",
+        "mode": "markers",
+        "name": f"{escape(series)}: not ok",
+        "legendgroup": escape(series),
+        "x": [p[0] for p in points],
+        "y": [p[1] for p in points],
+        "hovertext": [
+            f"<b>{escape(series)}</b><br>{escape(_x_text(px, x))}<br>{escape(number(py))} {escape(unit)}<br>"
+            f"{escape(why)}: not in the mean<br>run {escape(run_id)}"
+            for px, py, why in points
+        ],
+        "hoverinfo": "text",
+        "marker": {
+            "symbol": f"{look['symbol']}-open",
+            "size": 9,
+            "color": look["color"],
+            "line": {"width": 1.5, "color": look["color"]},
+        },
     }
 
 

@@ -70,8 +70,8 @@ def sections(
         out.append(_section(comparison_title(kind, metric), [point_figure(warehouse, kind, run, metric, href)]))
     if kind.headline is not None and (pivot := comparison_table(warehouse, kind, run)):
         out.append(pivot)
-    energy = [c.name for c in kind.columns if c.unit.startswith("J/")]
-    out.append(_section("Energy per unit of work", [point_figure(warehouse, kind, run, m, href) for m in energy]))
+    joules = kind.energy()
+    out.append(_section("Energy per unit of work", [point_figure(warehouse, kind, run, m, href) for m in joules]))
     if kind.measures is not None:
         figures = measure_figures(warehouse, kind, run, href)
         out.append(_section("Each metric of the latest valid run", figures))
@@ -213,10 +213,33 @@ def comparison_table(warehouse: Warehouse, kind: ResultKind, run: Any) -> str:
     if not len(frame):
         return ""
     frame["series"] = frame[groups].astype(str).agg(", ".join, axis=1)
-    pivot = frame.pivot_table(index=kind.case[-1], columns="series", values="value", aggfunc="first").reset_index()
+    frame["shown"] = [_mean_cell(r) for r in frame.to_dict("records")]
+    pivot = frame.pivot_table(index=kind.case[-1], columns="series", values="shown", aggfunc="first").reset_index()
     pivot.columns = [str(c) for c in pivot.columns]
     assert kind.headline is not None
-    return f"<h3>{escape(kind.column(kind.headline).heading)}, mean per case</h3>" + table(pivot)
+    left = int(frame["left_out"].sum())
+    note = (
+        f'<p class="muted">{left} repeat(s) not judged ok (noisy, throttled or contended) are left out of these means'
+        "; a case with none left reads “no ok repeat”.</p>"
+        if left
+        else ""
+    )
+    heading = f"<h3>{escape(kind.column(kind.headline).heading)}, mean of the ok repeats per case (95 % interval)</h3>"
+    return heading + table(pivot) + note
+
+
+def _mean_cell(row: dict[str, Any]) -> str:
+    """``1234 (1200–1270, n=3)``: a case's mean of its ok repeats with the interval stats.summarize gives; one
+    repeat has no interval; none ok says so rather than showing a number."""
+    from benchflow.stats import summarize
+
+    values = [float(v) for v in str(row.get("values") or "").split(",") if v]
+    if not values:
+        return "no ok repeat"
+    found = summarize(values)
+    if found.n == 1:
+        return f"{number(found.mean)} (n=1)"
+    return f"{number(found.mean)} ({number(found.ci_low)}–{number(found.ci_high)}, n={found.n})"
 
 
 # -- a kind of named measurements (generic) --------------------------------------------------------------------
@@ -227,7 +250,13 @@ def _case_axis(title: str, cases: Sequence[str]) -> tuple[Axis, Callable[[str], 
     values = [_f(c) for c in cases]
     if cases and all(v is not None for v in values):
         return level_axis(title, [v for v in values if v is not None]), lambda c: float(c)
-    return Axis(title, "category"), lambda c: str(c) or "(no case)"
+    return Axis(title, "category"), category
+
+
+def category(case: Any) -> str:
+    """A case from benchmark output as a category of an axis: Plotly draws tick labels as HTML (``<a href>`` would
+    be a link), so angle brackets become look-alikes that are not markup (hover text escapes its own)."""
+    return str(case).replace("<", "\u2039").replace(">", "\u203a") or "(no case)"
 
 
 def _interval(mean: float, std: float | None, n: int) -> tuple[float | None, float | None]:
@@ -364,8 +393,14 @@ def search_chart(result: dict[str, Any], run_id: str = "") -> tuple[go.Figure, s
 
 
 def _probe_steps(trail: list[dict[str, Any]], key: str, verdict: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """Each (probe, its check of ``key``) of the probes whose verdict was ``verdict``."""
-    return [(s, c) for s in trail for c in s.get("checks", []) if c.get("key") == key and s.get("verdict") == verdict]
+    """Each (probe, its check of ``key``) whose check of ``key`` decided ``verdict`` (a probe that failed on another
+    objective passed this one: its panel shows it passing)."""
+    return [
+        (s, c)
+        for s in trail
+        for c in s.get("checks", [])
+        if c.get("key") == key and c.get("verdict", s.get("verdict")) == verdict  # this objective's verdict
+    ]
 
 
 def _add_probes(
@@ -507,8 +542,16 @@ def _search_layout(
 
 def _search_caption(result: dict[str, Any]) -> str:
     goodput = _f(result.get("goodput_rps"))
+    validity = str(result.get("validity") or "ok")
+    caveat = (
+        f"NOT OK: a probe of this config was {escape(validity)}, so the answer may rest on a disturbed measurement "
+        "and is never a baseline; "
+        if validity != "ok"
+        else ""
+    )
     return (
-        f"{result.get('probes')} probes at {result.get('loads')} loads in {number(_f(result.get('seconds')) or 0)} s; "
+        f"{caveat}{result.get('probes')} probes at {result.get('loads')} loads in "
+        f"{number(_f(result.get('seconds')) or 0)} s; "
         "bars: the percentile's confidence bounds (order statistics); shaded: the bracket"
         + (f"; goodput at the answer {number(goodput)} req/s" if goodput is not None else "")
     )

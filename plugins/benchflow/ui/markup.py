@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+def dag_id_of(campaign: str) -> str:
+    """The DAG a campaign's spec builds (``bench_<name>``)."""
+    return f"bench_{campaign}"
+
+
 def run_href(dag_id: str, run_id: str) -> str:
     """The DAG run's page in the Airflow UI (the view is an iframe: links open in the top window)."""
     return f"/dags/{quote(str(dag_id), safe='')}/runs/{quote(str(run_id), safe='')}"

@@ -8,11 +8,13 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from benchflow.ui import bisection_pages, charts_pages
-from benchflow.ui.markup import run_href, table
+from benchflow.ui import bisection_pages, charts_pages, compare_pages
+from benchflow.ui.markup import dag_id_of, run_href, table
 from benchflow.warehouse import queries
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from benchflow.kinds import ResultKind
     from benchflow.spec import CampaignSpec
     from benchflow.warehouse import Warehouse
@@ -86,11 +88,6 @@ def open_warehouse(statement_timeout_s: float | None = None) -> Warehouse:
 def where(warehouse: Warehouse) -> str:
     """The warehouse as a page names it: a DuckDB file by its name, never its absolute path."""
     return scrub(warehouse.location)
-
-
-def dag_id_of(campaign: str) -> str:
-    """The DAG a campaign's spec builds (``bench_<name>``)."""
-    return f"bench_{campaign}"
 
 
 def verdict(run: Any) -> str:
@@ -180,8 +177,24 @@ def index(warehouse: Warehouse, may_read: Callable[[str], bool] = lambda dag_id:
     return (
         f"<h1>Benchmarks</h1><p class='muted'>warehouse: {escape(where(warehouse))}</p>"
         f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>{foot}"
-        '<p><a href="bisections">Bisections</a>: which payload commit made a case slower</p>'
+        + _compare_list(warehouse, with_runs, defined, may_read)
+        + '<p><a href="bisections">Bisections</a>: which payload commit made a case slower</p>'
     )
+
+
+def _compare_list(
+    warehouse: Warehouse, with_runs: dict[str, ResultKind], defined: dict[str, CampaignSpec], may_read: Callable
+) -> str:
+    """Links to the comparison page: the configs of each host's campaigns of one kind, side by side."""
+    readable = {n for n in with_runs if may_read(defined[n].dag_id if n in defined else dag_id_of(n))}
+    items = "".join(
+        f'<li><a href="{escape(compare_pages.href(sides))}">{escape(" vs ".join(sides))}</a></li>'
+        for sides in compare_pages.groups(warehouse, with_runs, defined, readable)
+    )
+    if not items:
+        return ""
+    note = "<p class='muted'>the campaigns of one kind on one host, side by side</p>"
+    return f"<h2>Compare configs</h2>{note}<ul>{items}</ul>"
 
 
 def campaign(warehouse: Warehouse, name: str) -> str:
@@ -200,6 +213,8 @@ def campaign(warehouse: Warehouse, name: str) -> str:
         f"{escape(str(run['run_id']))}</a> · night {escape(str(run['night']))} · host {escape(str(run['host']))}"
         f" · GPU {escape(str(run['gpu_model']))} · {int(run['rows_loaded'] or 0)} rows · ",
         f"verdict: {verdict(run)}</p>",
+        _compare_link(warehouse, name, found),
+        _latest_judged(warehouse, name, run),
         table(rows, total=total),
     ]
     out.append(charts_pages.sections(warehouse, kind, name, run, findings, run_href))
@@ -218,16 +233,81 @@ def campaign(warehouse: Warehouse, name: str) -> str:
         )
         rank.sort(key=lambda i: str(findings["night"].iloc[i]), reverse=True)  # newest night first, stable
         findings = findings.iloc[rank].reset_index(drop=True)
-        findings["relative_change"] = findings["relative_change"].map(lambda v: f"{100 * v:+.1f}%")
-        findings, bisect_href = bisection_pages.with_bisect(warehouse, name, findings)
+        listed, bisect_href = bisection_pages.with_bisect(warehouse, name, _with_interval(findings))
         links = {"run_id": lambda r: run_href(r.dag_id, r.run_id), "bisect": bisect_href}
-        out.append(table(findings, links=links, total=queries.finding_count(warehouse, name)))
+        total = queries.finding_count(warehouse, name)
+        out.append(table(_per_case(listed), links=links, total=total if total > len(findings) else None))
     elif run.get("verdict") in ("fine", "regressed"):
         out.append(f'<p class="ok">none found in any run (the latest: {verdict(run)})</p>')
     else:
         out.append(f'<p class="unjudged">none recorded; the latest valid run was {verdict(run)}</p>')
     out.append(f"<h2>Bisections</h2>{bisection_pages.listing(warehouse, name, prefix='../')}")
     return "".join(out)
+
+
+def _compare_link(warehouse: Warehouse, name: str, found: dict[str, ResultKind]) -> str:
+    """A link to the comparison of this campaign's configs beside those of its kind on its host."""
+    for sides in compare_pages.groups(warehouse, found, specs()[0], set(found)):
+        if any(s.split(":")[0] == name for s in sides):
+            link = escape(compare_pages.href(sides, prefix="../"))
+            return f'<p>Compare configs side by side: <a href="{link}">{escape(" vs ".join(sides))}</a></p>'
+    return ""
+
+
+def _latest_judged(warehouse: Warehouse, name: str, run: Any) -> str:
+    """When the latest valid run was not judged (a manual run), the verdict of the newest run that was: a regression
+    found last night stays on the page's first lines."""
+    if run.get("verdict") in ("fine", "regressed"):
+        return ""
+    judged = queries.latest_judged_run(warehouse, name)
+    if not len(judged):
+        return ""
+    last = judged.iloc[0]
+    return (
+        f'<p>The newest judged run, <a href="{escape(run_href(last["dag_id"], last["run_id"]))}" target="_top">'
+        f"{escape(str(last['run_id']))}</a> (night {escape(str(last['night']))}): {verdict(last)}</p>"
+    )
+
+
+def _with_interval(findings: pd.DataFrame) -> pd.DataFrame:
+    """The findings as the table shows them: the change with its 95 % interval (the ratio tonight / baseline, from
+    the repeats) where the run had repeats, else the change alone with the z-score it was judged by."""
+    out = findings.drop(columns=["ci_low", "ci_high", "z_score"])
+
+    def change(r: Any) -> str:
+        text = f"{100 * r.relative_change:+.1f}%"
+        if _known(r.ci_low) and _known(r.ci_high):
+            return f"{text} (95 % CI {100 * (r.ci_low - 1):+.1f}% to {100 * (r.ci_high - 1):+.1f}%)"
+        return f"{text} (z {r.z_score:.1f}; one value: no interval)" if _known(r.z_score) else text
+
+    out["relative_change"] = [change(r) for r in findings.itertuples(index=False)]
+    return out.rename(columns={"relative_change": "change"})
+
+
+def _per_case(findings: pd.DataFrame) -> pd.DataFrame:
+    """One row per run and case: the metrics of one case move together (a kernel's us_per_token and tok_per_s are
+    one change seen twice), so each case is listed once with every metric's change; its first metric's bisect."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in findings.to_dict("records"):
+        said = f"{r['metric']} {r['value']:.4g} vs {r['baseline_mean']:.4g}: {r['change']}"
+        key = (str(r["run_id"]), str(r["case_key"]))
+        if key in rows:
+            rows[key]["changes"] += f"; {said}"
+            if r["bisect"] and not rows[key]["bisect"]:  # the link goes with the metric it was made for
+                rows[key].update(bisect=r["bisect"], metric=r["metric"])
+        else:
+            keep = ("dag_id", "run_id", "night", "case_key", "metric", "bisect")
+            rows[key] = {**{k: r[k] for k in keep}, "changes": said}
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        list(rows.values()), columns=["dag_id", "run_id", "night", "case_key", "metric", "changes", "bisect"]
+    )
+    return frame
+
+
+def _known(value: Any) -> bool:
+    return value is not None and value == value  # NULL comes back as None or NaN
 
 
 def campaign_without_valid_runs(warehouse: Warehouse, name: str) -> str:

@@ -135,6 +135,9 @@ class DuckDBHook(DbApiHook):
         self.lock_wait_s = lock_wait_s
         self.statement_timeout_s: float | None = None
 
+    def _run_command(self, cur: Any, sql_statement: str, parameters: Any) -> None:
+        run_quietly(cur, sql_statement, parameters)
+
     @classmethod
     def for_connection(cls, conn: Any, read_only: bool) -> tuple[DuckDBHook, str]:
         """The hook of an Airflow connection of this type, and where it reads (the snapshot) or writes."""
@@ -158,6 +161,15 @@ class DuckDBHook(DbApiHook):
     def snapshot_path(self) -> Path:
         path = self.database_path()
         return path.with_name(f"{path.stem}.snapshot{path.suffix}")
+
+    def snapshot_stale(self) -> bool:
+        """Whether the warehouse file changed after its published snapshot was written (the last publish failed:
+        what readers see is older than what was committed)."""
+        path, snapshot = self.database_path(), self.snapshot_path()
+        try:
+            return path.stat().st_mtime > snapshot.stat().st_mtime + 1.0
+        except OSError:
+            return False
 
     def get_conn(self) -> Any:
         import duckdb
@@ -247,6 +259,15 @@ class DuckDBHook(DbApiHook):
                 con.unregister("staging_rows")
 
 
+def run_quietly(cur: Any, sql: str, parameters: Any) -> None:
+    """``DbApiHook._run_command`` without its ``Rows affected: N`` line at every statement of a load or a read (the
+    warehouse says what it loaded in one line of its own) and without SQL lineage (no lineage backend here)."""
+    if parameters:
+        cur.execute(sql, tuple(parameters) if isinstance(parameters, list) else parameters)
+    else:
+        cur.execute(sql)
+
+
 class WarehousePostgresHook(PostgresHook):
     """``PostgresHook`` plus the warehouse's extras: ``search_path`` (a schema, created by ``bench migrate``)
     becomes the session's search path, and ``read_only`` sessions refuse every write."""
@@ -257,6 +278,9 @@ class WarehousePostgresHook(PostgresHook):
         self.statement_timeout_s: float | None = None
         self._search_path: str | None = None
         self._base_options = self.options
+
+    def _run_command(self, cur: Any, sql_statement: str, parameters: Any) -> None:
+        run_quietly(cur, sql_statement, parameters)
 
     @classmethod
     def for_connection(cls, conn: Any, read_only: bool) -> tuple[WarehousePostgresHook, str]:

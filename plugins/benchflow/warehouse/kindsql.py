@@ -77,14 +77,27 @@ def samples_select(kind: ResultKind, metric: str) -> str:
     )
 
 
-def side_samples_select(side: SideTable, metric: str) -> str:
-    """A side table's trend metric (a load search's answer) as rows of ``metric_samples``: one a run and case."""
+def side_samples_select(kind: ResultKind, side: SideTable, metric: str) -> str:
+    """A side table's trend metric (a load search's answer) as rows of ``metric_samples``: one a run and case,
+    with the validity of the kind's rows it was measured by (``SideTable.judged_by``)."""
     run = "v.campaign, v.dag_id, v.run_id, v.night, v.host, v.gpu_model, v.run_type"
     group = f"CAST(t.{side.case[0]} AS TEXT)" if side.case else "CAST(NULL AS TEXT)"
     case = key_text(tuple(f"t.{c}" for c in side.case)).replace("'t.", "'")
     return (
         f"SELECT {run}, {group} AS config, '{side.point}' AS point, {case} AS case_key, 1 AS repeat, "
-        f"'{metric}' AS metric, CAST(t.{metric} AS DOUBLE PRECISION) AS value, 'ok' AS validity "
-        f"FROM {side.table} t JOIN valid_runs v ON v.dag_id = t.dag_id AND v.run_id = t.run_id "
+        f"'{metric}' AS metric, CAST(t.{metric} AS DOUBLE PRECISION) AS value, {side_validity_sql(kind, side)} "
+        f"AS validity FROM {side.table} t JOIN valid_runs v ON v.dag_id = t.dag_id AND v.run_id = t.run_id "
         f"WHERE t.{metric} IS NOT NULL"
+    )
+
+
+def side_validity_sql(kind: ResultKind, side: SideTable, row: str = "t") -> str:
+    """A side row's validity: 'ok' unless one of the kind's rows it was measured by is not (then that one's)."""
+    if not side.judged_by or not kind.validity:
+        return "'ok'"
+    same = " AND ".join(f"r.{c} = {row}.{c}" for c in side.judged_by)
+    measured = f" AND NOT COALESCE(r.{kind.warmup}, FALSE)" if kind.warmup else ""
+    return (
+        f"COALESCE((SELECT MIN(r.{kind.validity}) FROM {kind.table} r WHERE r.dag_id = {row}.dag_id "
+        f"AND r.run_id = {row}.run_id AND {same}{measured} AND r.{kind.validity} <> 'ok'), 'ok')"
     )

@@ -109,6 +109,16 @@ def campaigns_with_valid_runs(w: Warehouse, kind: ResultKind) -> list[str]:
     return [str(c) for c in frame["campaign"]]
 
 
+def latest_judged_run(w: Warehouse, campaign: str) -> pd.DataFrame:
+    """The campaign's newest run that was judged against its baseline (fine or regressed), or no row: what a
+    manual run after it (never judged) must not hide."""
+    return w.query(
+        "SELECT dag_id, run_id, night, run_type, regressions, verdict, verdict_detail, baseline_runs FROM valid_runs "
+        f"WHERE campaign = {w.p} AND verdict IN ('fine', 'regressed') ORDER BY {RUN_TIME} DESC, run_id DESC LIMIT 1",
+        [campaign],
+    )
+
+
 def latest_valid_runs(w: Warehouse, campaign: str | None = None) -> pd.DataFrame:
     """The newest valid run of every campaign (or of one)."""
     columns = (
@@ -147,8 +157,9 @@ def findings(w: Warehouse, campaign: str, limit: int | None = None) -> pd.DataFr
     params: list[Any] = [campaign]
     sql = (
         "SELECT g.dag_id, g.run_id, r.night, g.case_key, g.metric, g.value, g.baseline_mean, g.relative_change, "
-        f"g.z_score FROM regressions g JOIN (SELECT dag_id, run_id, campaign, CAST({RUN_TIME} AS DATE) AS night "
-        f"FROM runs) r ON r.dag_id = g.dag_id AND r.run_id = g.run_id WHERE r.campaign = {p} "
+        "g.ci_low, g.ci_high, g.z_score FROM regressions g "
+        f"JOIN (SELECT dag_id, run_id, campaign, CAST({RUN_TIME} AS DATE) AS night FROM runs) r "
+        f"ON r.dag_id = g.dag_id AND r.run_id = g.run_id WHERE r.campaign = {p} "
         "ORDER BY r.night DESC, g.case_key, g.metric"
     )
     if limit is not None:
@@ -214,14 +225,20 @@ def trend_case_count(w: Warehouse, campaign: str) -> int:
 def headline_by_case(
     w: Warehouse, kind: ResultKind, dag_id: str, run_id: str, limit: int | None = CASES
 ) -> pd.DataFrame:
-    """The kind's headline metric of a run, its mean over the repeats (warm-ups left out), per case (the first
-    ``limit`` cases)."""
+    """The kind's headline metric of a run per case (the first ``limit`` cases): the mean over its repeats judged
+    ok (warm-ups left out), ``n`` of them, ``values`` (those repeats, comma-separated, for an interval) and
+    ``left_out``, its repeats that were not ok (noisy, throttled, contended): a mean is never of those."""
     p = w.p
     columns = ", ".join(kind.case)
+    ok = f"{kindsql.validity_sql(kind)} = 'ok'"
     params: list[Any] = [dag_id, run_id]
+    value = f"CASE WHEN {ok} THEN {kind.headline} END"
     sql = (
-        f"SELECT {columns}, AVG({kind.headline}) AS value FROM {kind.wide_view} WHERE dag_id = {p} AND run_id = {p} "
-        f"AND {kind.headline} IS NOT NULL AND {kindsql.measured_sql(kind)} GROUP BY {columns} ORDER BY {columns}"
+        f"SELECT {columns}, AVG({value}) AS value, COUNT({value}) AS n, "
+        f"STRING_AGG(CAST({value} AS TEXT), ',') AS \"values\", "
+        f"SUM(CASE WHEN {ok} THEN 0 ELSE 1 END) AS left_out FROM {kind.wide_view} WHERE dag_id = {p} "
+        f"AND run_id = {p} AND {kind.headline} IS NOT NULL AND {kindsql.measured_sql(kind)} "
+        f"GROUP BY {columns} ORDER BY {columns}"
     )
     if limit is not None:
         sql += f" LIMIT {p}"
@@ -411,12 +428,16 @@ def measure_history(w: Warehouse, kind: ResultKind, campaign: str) -> pd.DataFra
 
 def search_results(w: Warehouse, side: SideTable, dag_id: str, run_id: str) -> pd.DataFrame:
     """A run's load searches (``side``: a kind's table of role load_search), one row per config: the SLO and the
-    trail as JSON text."""
+    trail as JSON text, and the answer's validity (ok only when every probe of the config was)."""
+    from benchflow import kinds
+    from benchflow.warehouse.kindsql import side_validity_sql
+
     p = w.p
+    validity = side_validity_sql(kinds.owner(side), side, side.table)
     return w.query(
         "SELECT config, over, range_low, range_high, slo, confidence, precision, reason, pass_load, fail_load, "
-        f"fail_verdict, probes, loads, seconds, goodput_rps, trail FROM {side.table} WHERE dag_id = {p} "
-        f"AND run_id = {p} ORDER BY config",
+        f"fail_verdict, probes, loads, seconds, goodput_rps, trail, {validity} AS validity FROM {side.table} "
+        f"WHERE dag_id = {p} AND run_id = {p} ORDER BY config",
         [dag_id, run_id],
     )
 

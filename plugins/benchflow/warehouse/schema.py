@@ -43,7 +43,7 @@ def view_statements() -> tuple[list[str], list[str]]:
     creates += [kindsql.wide_view(kind) for kind in kinds.all_kinds()]
     samples = [kindsql.samples_select(kind, t.column) for kind in kinds.all_kinds() for t in kind.trend]
     samples += [
-        kindsql.side_samples_select(side, t.column)
+        kindsql.side_samples_select(kind, side, t.column)
         for kind in kinds.all_kinds()
         for side in kind.side_tables
         for t in side.trend

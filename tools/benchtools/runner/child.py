@@ -33,6 +33,25 @@ def leave_to_dag_test(dag: Any) -> None:
         task.queue = BENCH_RUN_QUEUE
 
 
+def async_lookups_in_line() -> None:
+    """Let a trigger that dag.test() runs in line look connections up the async way, as it does under a triggerer.
+
+    dag.test() gives that trigger the in-process comms of its tasks, which answer ``send`` but have no ``asend``
+    (Airflow 3.3): the SSH provider's ``SSHHookAsync`` asks for its connection with ``asend``, the lookup fails
+    quietly and falls through to the environment, so a connection stored in the metadata DB (the UI, the REST API,
+    ``bench airflow connections add``) read as "isn't defined" in the deferred wait alone. Here ``asend`` is
+    ``send``: the same request, answered from the same metadata DB."""
+    from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms
+
+    if hasattr(InProcessSupervisorComms, "asend"):
+        return
+
+    async def asend(self: Any, msg: Any) -> Any:
+        return self.send(msg)
+
+    InProcessSupervisorComms.asend = asend  # type: ignore[attr-defined]
+
+
 def child_main(argv: list[str]) -> int:
     """Set up, run the DAG once (the arguments: see the module's docstring)."""
     spec_path, when_iso, conf_json, result_file = argv
@@ -53,6 +72,7 @@ def child_main(argv: list[str]) -> int:
         Path(result_file).write_text(json.dumps({"error": f"DAG {spec.dag_id} not found: {bag.import_errors}"}))
         return 1
     leave_to_dag_test(dag)
+    async_lookups_in_line()
     from benchflow.warehouse import Warehouse
 
     Warehouse.from_airflow().migrate()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from benchtools.runner.watch import TaskView, Watch, _as_dt, failure_of, last_error
 
@@ -51,13 +51,18 @@ def _order(task_id: str, view: TaskView) -> tuple[bool, bool, datetime, str]:
 
 
 def _results(spec: CampaignSpec, run_id: str, watch: Watch) -> None:
-    from benchflow import artifacts
+    from benchflow import artifacts, kinds
     from benchflow.records import verdict_text
     from benchflow.warehouse import Warehouse, queries
 
     # read what readers read (DuckDB: the published snapshot), never holding the file the loads write
     warehouse = Warehouse.from_airflow(read_only=True)
     kind = spec.result_kind
+    if getattr(warehouse.hook, "snapshot_stale", lambda: False)():
+        watch.say(
+            "the published snapshot is older than the warehouse (its last publish failed): the rows below may "
+            "be missing although they are committed; `bench migrate` publishes it again"
+        )
     loaded = queries.run_record(warehouse, spec.dag_id, run_id)
     if len(loaded):
         first = loaded.iloc[0]
@@ -79,6 +84,31 @@ def _results(spec: CampaignSpec, run_id: str, watch: Watch) -> None:
     for found in queries.validity_counts(warehouse, kind, spec.dag_id, run_id).itertuples():
         # stored, but never summarised, a baseline or compared (bench compare --include-noisy)
         watch.say(f"not ok: {found.n} row(s) {found.validity}: {found.reason or 'no reason recorded'}")
+    if (searches := kinds.side_table(kind, kinds.LOAD_SEARCH)) is not None:
+        for answer in queries.search_results(warehouse, searches, spec.dag_id, run_id).to_dict("records"):
+            watch.say(search_answer(answer))
     watch.say(f"results: {warehouse.location} (read it with bench sql, or the Benchmarks view of `make up`)")
     if (folder := artifacts.local_folder(spec.dag_id, run_id)) is not None:
         watch.say(f"artifacts: {folder}")
+
+
+def search_answer(found: dict[str, Any]) -> str:
+    """A load search's answer as one line: the highest load that passed, the lowest that failed (or none up to the
+    range's top), why the search stopped, what it cost, and whether every probe was measured ok."""
+    over = found.get("over") or "load"
+
+    def load(value: Any) -> str:
+        return "none" if value is None or value != value else f"{float(value):g}"
+
+    fail = found.get("fail_load")
+    lowest = load(fail) if fail is not None and fail == fail else f"none up to {load(found.get('range_high'))}"
+    slo = ", ".join(f"{k} {v:g}" for k, v in json.loads(found.get("slo") or "{}").items())
+    validity = found.get("validity") or "ok"
+    judged = "ok" if validity == "ok" else f"NOT OK: a probe was {validity}, so the answer is not a valid figure"
+    goodput = found.get("goodput_rps")
+    at = f"; goodput {goodput:.3g} req/s at it" if isinstance(goodput, int | float) and goodput == goodput else ""
+    return (
+        f"load search {found.get('config')}: highest {over} within the SLO ({slo}) {load(found.get('pass_load'))}, "
+        f"lowest failing {lowest}{at}; stopped: {found.get('reason')} after {found.get('probes')} probes in "
+        f"{float(found.get('seconds') or 0):.0f} s; validity {judged}"
+    )

@@ -170,6 +170,9 @@ def _columns() -> int:
         return 120
 
 
+FAILED_MARKS = ("Task failed with exception", "[DAG TEST] Error running task")
+
+
 def failure_of(log_file: Path, task_id: str, tail: int = 6) -> str:
     """The exception a failed task ended with: its message (the line that names the exception, and the last
     ``tail`` of the lines it carries, e.g. the benchmark's last log lines), read from the traceback Airflow logged
@@ -184,7 +187,8 @@ def failure_of(log_file: Path, task_id: str, tail: int = 6) -> str:
             current = found.group(1)
         if current == task_id:
             section.append(line)
-    starts = [i for i, line in enumerate(section) if "Task failed with exception" in line]
+    # a task's own exception, or one dag.test raised around it (a deferred task's trigger runs in line there)
+    starts = [i for i, line in enumerate(section) if any(m in line for m in FAILED_MARKS)]
     if not starts:
         return ""
     block: list[str] = []

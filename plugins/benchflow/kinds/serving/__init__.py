@@ -333,6 +333,7 @@ SEARCH = SideTable(
     trend=(Trend("pass_load", "higher", bracket="fail_load"),),  # the answer: a lower one is a regression
     case=("config",),
     point="search",
+    judged_by=("config",),  # an answer rests on every probe of its config: one contended probe and it is not ok
 )
 
 
