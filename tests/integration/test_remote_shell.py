@@ -149,3 +149,22 @@ def test_preflight_fails_on_a_workdir_that_cannot_be_written(host):
     (Path(host.workdir) / ".bench-write-probe").symlink_to("/dev/full")
     result = host.run(preflight.facts_command(host.python, host.workdir), 60)
     assert result.rc == 74 and "cannot be written (disk full or read-only)" in result.stderr
+
+
+def test_the_progress_line_is_the_newest_line_that_is_not_a_librarys_noise(host):
+    """A client's start-up chatter (vLLM's import warning, its INFO lines, a Python warning and its source line)
+    never becomes the progress line; the newest line the benchmark itself printed does."""
+    noise = [
+        "===== single c=4 (n=16) =====",
+        "INFO 12-02 17:00:00 [__init__.py:239] Automatically detected platform cpu.",
+        "WARNING 12-02 17:00:01 [_custom_ops.py:21] Failed to import from vllm._C with ModuleNotFoundError",
+        "/x/site-packages/torch/cuda/__init__.py:61: FutureWarning: The pynvml package is deprecated.",
+        "  warnings.warn(",
+        "[2026-12-02 17:00:02,123] INFO loading tokenizer",
+        "",
+    ]
+    script = "; ".join(f"echo {line!r}" for line in noise) + "; sleep 30"
+    paths, _ = launch(host, script)
+    assert wait_for(lambda: status(host, paths).last_line == "===== single c=4 (n=16) =====")
+    assert status(host, paths).alive
+    host.check(jobs.kill_command(paths, grace_s=1), 30, "kill")

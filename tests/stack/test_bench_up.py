@@ -239,6 +239,9 @@ def test_bench_up_shares_bench_runs_airflow_runs_a_campaign_and_shows_it(up):
 
     wait_for(finished, 180, "the campaign's run")
     assert states[-1] == "success"
+    # the reports of the loads (bench run's, before the stack was up, and this one) never fail for a late api-server
+    reports = requests.get(f"{api}/dags/bench_report/dagRuns", headers=headers, timeout=30).json()["dag_runs"]
+    assert "failed" not in {r["state"] for r in reports}, reports
 
     anonymous = requests.get(f"{url}/benchmarks/", timeout=30, allow_redirects=False)  # for signed-in users only
     assert anonymous.status_code == 303 and "/auth/login" in anonymous.headers["location"]  # a browser: the login

@@ -80,9 +80,14 @@ def test_rows_that_are_not_ok_are_left_out_of_the_means_and_drawn_apart():
     frame.loc[0, ["value", "validity"]] = [1e6, "noisy"]
     fig, caption = charts_pages.point_chart(SERVING, frame, "output_throughput", RUN, href)
     data = as_json(fig)
-    left = [t for t in data["data"] if t["name"].startswith("left out")]
-    assert len(left) == 1 and left[0]["name"] == "left out: noisy" and left[0]["y"] == [1e6]
+    left = [t for t in data["data"] if t["name"].endswith(": not ok")]
     tp4 = next(t for t in data["data"] if t["name"] == "tp4")
+    # the noisy row stays with its config: its legend group, its colour, hollow; hover names config, run and why
+    assert len(left) == 1 and left[0]["name"] == "tp4: not ok" and left[0]["y"] == [1e6]
+    assert left[0]["legendgroup"] == "tp4" and left[0]["marker"]["color"] == tp4["marker"]["color"]
+    assert left[0]["marker"]["symbol"].endswith("-open")
+    assert "tp4" in left[0]["hovertext"][0] and RUN["run_id"] in left[0]["hovertext"][0]
+    assert "noisy" in left[0]["hovertext"][0]
     assert max(tp4["y"]) < 1e4  # the noisy row is not in the mean
     assert "1 row(s) left out" in caption
 

@@ -183,12 +183,16 @@ def _up(paths: Paths, port: int | None, db: str | None, timeout: float | None, o
     url = f"http://127.0.0.1:{port}"
     pids: dict[str, int] = {}
     state = {"url": url, "port": port, "db": db_uri, "db_why": why, "pids": pids, "started": time.time()}
+    dead = lambda: [c for c, pid in pids.items() if not stack.alive(pid)]  # noqa: E731
+    print(f"starting {', '.join(COMPONENTS)} ...", file=out, flush=True)
     for component in COMPONENTS:
         pids[component] = stack.start_component(component, port, env, paths.logs).pid
         write_private(paths.home / f"{component}.pid", f"{pids[component]}\n")
         write_private(paths.state, json.dumps(state, indent=2))  # written as each starts: bench down finds it
-    print(f"starting {', '.join(COMPONENTS)} ...", file=out, flush=True)
-    dead = lambda: [c for c, pid in pids.items() if not stack.alive(pid)]  # noqa: E731
+        if component == "api-server":
+            # the scheduler starts what waits for it (a report of an earlier bench run's load) at once, and its
+            # tasks report to the api-server: one started before it listens fails, a red run on the first page
+            _wait_answering(url, dead, timeout)
     at_fault, what = stack.wait_healthy(url, dead, timeout)
     if at_fault:
         report = stack.failure_report(paths.logs, at_fault, what)
@@ -199,6 +203,13 @@ def _up(paths: Paths, port: int | None, db: str | None, timeout: float | None, o
     _unpause_report(url, _login(paths), out)
     _announce(state, paths, out)
     return state
+
+
+def _wait_answering(url: str, dead: Any, timeout: float) -> None:
+    """Until the api-server answers its health endpoint (or it exited, or ``timeout``: wait_healthy then says)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not dead() and stack.health_of(url) is None:
+        time.sleep(0.3)
 
 
 def _set_up(env: dict[str, str], log: Path, out: Any) -> None:

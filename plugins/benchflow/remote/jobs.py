@@ -58,7 +58,8 @@ def parse_owner(stdout: str) -> str:
 
 
 def status_command(paths: RemoteJobPaths, marker: str) -> str:
-    """One round trip: exit code, process group alive?, marker seen?, seconds since launch, newest line.
+    """One round trip: exit code, process group alive?, marker seen?, seconds since launch, the newest line that is
+    not a library's noise (:data:`NOISE`).
 
     Liveness is read before the marker: a job that writes the marker and exits between the two reads
     is then seen alive-without-marker (wait again), never dead-without-marker (a false failure).
@@ -72,8 +73,17 @@ def status_command(paths: RemoteJobPaths, marker: str) -> str:
         f'if grep -qxF -- {q(marker)} "$log" 2>/dev/null; then marker=1; else marker=0; fi\n'
         's=$(cat "$st" 2>/dev/null || true); elapsed=; [ -n "$s" ] && elapsed=$(( $(date +%s) - s ))\n'
         'printf "marker=%s exit=%s alive=%s pid=%s elapsed=%s\\n" "$marker" "$code" "$alive" "$p" "$elapsed"\n'
-        f'tail -c {READ_BYTES} "$log" 2>/dev/null | tail -n 1 | head -c {LINE_BYTES}; true\n'
+        f'tail -c {READ_BYTES} "$log" 2>/dev/null | grep -avE {q(NOISE)} | tail -n 1 | head -c {LINE_BYTES}; true\n'
     )
+
+
+# Lines a library prints that say nothing of the benchmark's progress: Python warnings (and the source line under
+# one), a client's import and platform chatter (vLLM's "Failed to import from vllm._C", "INFO 12-02 17:00:00 [...]
+# Automatically detected platform cpu."), blank lines. The newest line that is none of these is the progress line.
+NOISE = (
+    r"^[[:space:]]*$|Warning: |^[[:space:]]*warnings\.warn\(|Failed to import|^(INFO|WARNING|DEBUG) [0-9]{2}-[0-9]{2} "
+    r"|^\[?[0-9: ,.-]+\]? *(INFO|WARNING|DEBUG)[ :]"
+)
 
 
 def group_alive(pgid: str) -> str:

@@ -258,23 +258,6 @@ def line_chart(series: Sequence[Series], x: Axis, y: Axis, title: str, unit: str
     )
 
 
-def left_out(points: Sequence[tuple[Any, float, str]], x: Axis, unit: str) -> dict[str, Any]:
-    """Rows left out of the means (noisy, throttled, contended): drawn as grey crosses, named in the legend."""
-    return {
-        "type": "scatter",
-        "mode": "markers",
-        "name": "left out: " + ", ".join(sorted({why for _, _, why in points})),
-        "x": [p[0] for p in points],
-        "y": [p[1] for p in points],
-        "hovertext": [
-            f"{escape(_x_text(px, x))}<br>{escape(number(py))} {escape(unit)}<br>{escape(why)}: not in the mean"
-            for px, py, why in points
-        ],
-        "hoverinfo": "text",
-        "marker": {"symbol": "x-thin-open", "size": 9, "color": "#888", "line": {"width": 1.5, "color": "#888"}},
-    }
-
-
 def flagged(
     points: Sequence[tuple[Any, float, str]], x: Axis, unit: str, series: str, run_id: str, index: int
 ) -> dict[str, Any]:

@@ -146,26 +146,29 @@ def _series_name(kind: ResultKind, row: Any, metric: str) -> str:
 
 def point_series(
     kind: ResultKind, frame: pd.DataFrame, metric: str, run: Any, href: Callable[..., str]
-) -> tuple[list[Series], list[tuple[Any, float, str]]]:
+) -> tuple[list[Series], dict[str, list[tuple[Any, float, str]]]]:
     """The mean of each case's ok repeats with its 95 % interval, one series per value of the leading key columns
-    (configs), in natural order; and the rows left out (not ok) with their validity."""
+    (configs), in natural order, every config a series even when none of its rows was ok; and each config's rows
+    left out (not ok) with their validity."""
     axis = kind.case[-1]
     numeric = kind.column(axis).type in ("int", "float")
     link = href(run["dag_id"], run["run_id"])
     grouped: dict[str, list[Point]] = {}
-    left: list[tuple[Any, float, str]] = []
+    left: dict[str, list[tuple[Any, float, str]]] = {}
     for _, rows in frame.groupby(list(kind.case), sort=False, dropna=False):
         first = next(rows.itertuples())
         x = float(getattr(first, axis)) if numeric else str(getattr(first, axis))
         name = _series_name(kind, first, metric)
+        points = grouped.setdefault(name, [])
         ok = rows[rows["validity"] == "ok"]["value"].astype(float)
-        left += [(x, float(r.value), str(r.validity)) for r in rows[rows["validity"] != "ok"].itertuples()]
+        flagged = [(x, float(r.value), str(r.validity)) for r in rows[rows["validity"] != "ok"].itertuples()]
+        if flagged:
+            left.setdefault(name, []).extend(flagged)
         if not len(ok):
             continue
         s = summarize(list(ok))
-        grouped.setdefault(name, []).append(
-            Point(x, s.mean, s.ci_low, s.ci_high, s.n, str(run["run_id"]), link, note=f"night {run['night']}")
-        )
+        night = f"night {run['night']}"
+        points.append(Point(x, s.mean, s.ci_low, s.ci_high, s.n, str(run["run_id"]), link, note=night))
     series = [Series(n, p) for n, p in sorted(grouped.items(), key=lambda item: natural(item[0]))]
     return series, left
 
@@ -193,13 +196,15 @@ def point_chart(
     means = [p.y for s in series for p in s.points]
     better = f"{kind.better(metric)} is better; " if metric in kind.trends() else ""
     fig = charts.line_chart(series, x, value_axis(column.heading, means), comparison_title(kind, metric), column.unit)
-    if left:
-        fig.add_trace(charts.left_out(left, x, column.unit))
+    for index, s in enumerate(series):  # each config's rows not judged ok: hollow, in its own colour
+        if left.get(s.name):
+            fig.add_trace(charts.flagged(left[s.name], x, column.unit, s.name, str(run["run_id"]), index))
     repeats = max((p.n for s in series for p in s.points), default=0)
+    count = sum(len(rows) for rows in left.values())
     caption = (
         better
         + ("mean of the ok repeats, bars: 95 % interval" if repeats > 1 else "one value per case: no interval to draw")
-        + (f"; {len(left)} row(s) left out of the means (grey crosses)" if left else "")
+        + (f"; {count} row(s) left out of the means (hollow, in their config's colour)" if count else "")
     )
     return fig, caption
 
