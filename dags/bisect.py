@@ -100,7 +100,7 @@ with DAG(
         except bisect_steps.ConfError as exc:
             raise AirflowFailException(str(exc)) from None
         meta = state["meta"]
-        if context["ti"].get_dag(meta["campaign_dag_id"]).is_paused:  # the listener unpauses it as the run starts
+        if getattr(context["ti"].get_dag(meta["campaign_dag_id"]), "is_paused", False):  # unpaused as the run starts
             raise AirflowFailException(
                 f"{meta['campaign_dag_id']} is paused, so the probe runs this bisection triggers would wait unstarted:"
                 f" unpause it (its toggle in the UI, or `airflow dags unpause {meta['campaign_dag_id']}`) and trigger"
