@@ -202,6 +202,8 @@ def test_compare_refuses_an_ambiguous_side_names_its_runs_and_says_what_it_compu
     assert {"concurrency=1", "concurrency=8", "concurrency=16"} == set(points)
     latest = compare("cmp_two:tp4", "cmp_two:pd")  # the latest valid run, each config
     assert latest.returncode == 0 and f"run {runs['tonight']}" in latest.stdout, latest.stderr
+    page = "side by side, with charts: <api-server>/benchmarks/compare?side=cmp_two%3Atp4&side=cmp_two%3Apd"
+    assert latest.stdout.splitlines()[-1] == page  # the comparison page of the same sides (no bench up here)
 
     single = compare(f"cmp_k@{runs['k1']}", f"cmp_k@{runs['k2']}")  # one value a side: both are shown
     assert single.returncode == 0, single.stderr
