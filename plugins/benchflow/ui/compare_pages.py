@@ -64,31 +64,37 @@ def href(sides: list[str], baseline: str | None = None, prefix: str = "") -> str
 
 
 def groups(
-    warehouse: Warehouse, kinds_of: dict[str, ResultKind], specs: dict[str, CampaignSpec], readable: set[str]
+    warehouse: Warehouse,
+    kinds_of: dict[str, ResultKind],
+    specs: dict[str, CampaignSpec],
+    readable: set[str],
+    only: str | None = None,
 ) -> list[list[str]]:
     """The sides worth comparing, as the index and campaign pages link them: every config of the latest valid run
     of the campaigns of one kind whose specs name one host (TP4, PD and EP4 on one 8-GPU host), where there are two
-    or more; a campaign without a spec on its own. ``readable``: the campaigns the user may read."""
+    or more; a campaign without a spec on its own. ``readable``: the campaigns the user may read; ``only``: just
+    the group of that campaign (a campaign page's link)."""
     together: dict[tuple[str, str], list[str]] = {}
     for name, kind in sorted(kinds_of.items()):
-        if name not in readable:
-            continue
-        spec = specs.get(name)
-        host = spec.host if spec is not None else f"(runs of {name})"
-        run = queries.latest_valid_runs(warehouse, name)
-        if not len(run):
-            continue
-        configs = sorted(
-            {
-                str(c)
-                for c in queries.run_samples(warehouse, name, str(run.iloc[0]["run_id"]), include_noisy=True)[
-                    "config"
-                ].dropna()
-            }
-        )
-        sides = [f"{name}:{c}" for c in configs] or [name]
-        together.setdefault((kind.name, host), []).extend(sides)
-    return [sides[:MAX_SIDES] for sides in together.values() if len(sides) > 1]
+        if name in readable:
+            spec = specs.get(name)
+            together.setdefault((kind.name, spec.host if spec is not None else f"(runs of {name})"), []).append(name)
+    found = []
+    for names in together.values():
+        if only is None or only in names:
+            sides = [side for name in names for side in _sides_of(warehouse, name)]
+            if len(sides) > 1:
+                found.append(sides[:MAX_SIDES])
+    return found
+
+
+def _sides_of(warehouse: Warehouse, name: str) -> list[str]:
+    """``campaign:config`` for each config of the campaign's latest valid run (the campaign alone without one)."""
+    run = queries.latest_valid_runs(warehouse, name)
+    if not len(run):
+        return []
+    samples = queries.run_samples(warehouse, name, str(run.iloc[0]["run_id"]), include_noisy=True)
+    return [f"{name}:{c}" for c in sorted({str(c) for c in samples["config"].dropna()})] or [name]
 
 
 def declared_gpus(spec: CampaignSpec | None, config: str | None) -> int | None:

@@ -247,10 +247,9 @@ def campaign(warehouse: Warehouse, name: str) -> str:
 
 def _compare_link(warehouse: Warehouse, name: str, found: dict[str, ResultKind]) -> str:
     """A link to the comparison of this campaign's configs beside those of its kind on its host."""
-    for sides in compare_pages.groups(warehouse, found, specs()[0], set(found)):
-        if any(s.split(":")[0] == name for s in sides):
-            link = escape(compare_pages.href(sides, prefix="../"))
-            return f'<p>Compare configs side by side: <a href="{link}">{escape(" vs ".join(sides))}</a></p>'
+    for sides in compare_pages.groups(warehouse, found, specs()[0], set(found), only=name):
+        link = escape(compare_pages.href(sides, prefix="../"))
+        return f'<p>Compare configs side by side: <a href="{link}">{escape(" vs ".join(sides))}</a></p>'
     return ""
 
 
