@@ -96,6 +96,40 @@ def test_sql_queries_the_published_warehouse_and_reports_errors(var_dir):
     assert bad.returncode == 1 and "nope" in bad.stderr
 
 
+def test_sql_on_the_default_warehouse_imports_no_airflow_and_a_connection_in_the_metadata_db_wins(
+    var_dir, tmp_path, airflow_db
+):
+    """Nothing names another warehouse: bench sql reads the default snapshot without importing Airflow (about a
+    second instead of three). A connection bench_warehouse in Airflow's metadata DB (the UI's, the REST API's, bench
+    airflow's) names another: bench sql reads that one, through Airflow."""
+    from airflow.models.connection import Connection
+    from airflow.utils.session import create_session
+
+    from benchflow.warehouse import Warehouse
+
+    assert bench("migrate").returncode == 0
+    quick = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "benchtools.cli", "sql", "SELECT 42 AS n"],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_ROOT,
+        timeout=120,
+    )
+    assert quick.returncode == 0 and quick.stdout.split() == ["n", "42"], quick.stderr[-2000:]
+    imported = [line.split("|")[-1].strip() for line in quick.stderr.splitlines() if line.startswith("import time:")]
+    assert "duckdb" in imported and not [m for m in imported if m.split(".")[0] == "airflow"]
+
+    Warehouse.at(tmp_path / "other.duckdb").migrate()  # publishes other.snapshot.duckdb
+    with create_session() as session:
+        session.add(Connection(conn_id="bench_warehouse", conn_type="duckdb", host=str(tmp_path / "other.duckdb")))
+    try:
+        found = bench("sql", "SELECT current_database() AS db")
+        assert found.returncode == 0 and found.stdout.split() == ["db", "other"], found.stdout + found.stderr
+    finally:
+        with create_session() as session:
+            session.query(Connection).filter(Connection.conn_id == "bench_warehouse").delete()
+
+
 @pytest.mark.parametrize(
     "statement",
     ["DELETE FROM runs", "DROP VIEW valid_runs", "CREATE TABLE x (a INT)", "COPY runs TO '/tmp/benchflow-leak.csv'"],

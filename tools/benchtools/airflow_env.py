@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from pathlib import Path
 
 from benchflow.paths import PROJECT_ROOT, var_dir
 
@@ -12,6 +13,7 @@ from benchflow.paths import PROJECT_ROOT, var_dir
 # The task SDK's plugin loader reads the file as glob whatever the setting says, so the CLI also silences that one
 # warning (Airflow's, about its own use of pathspec; nothing for this project to change).
 IGNORE_FILE_SYNTAX = "regexp"
+PROCESS_CONTEXT = "_AIRFLOW_PROCESS_CONTEXT"  # the SDK's: "server" reads connections from the metadata DB
 _PATHSPEC_DEPRECATION = r"GitWildMatchPattern \('gitwildmatch'\) is deprecated"
 
 
@@ -31,6 +33,11 @@ def configure_airflow() -> None:
     }
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
+    # Outside a task the SDK's connection lookup reads the metadata DB only in a process that says it is a server
+    # (as the api-server and the scheduler do); otherwise a connection made in the UI, the REST API or `bench
+    # airflow connections add` is "not defined" to bench sql, bench compare and bench run's report. This process
+    # has the metadata DB; a task's code (dag.test's, with its supervisor's comms) still asks through them.
+    os.environ.setdefault(PROCESS_CONTEXT, "server")
     if "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" not in os.environ:
         from benchtools.metadata_db import ensure_database, metadata_db, unreachable
 
@@ -41,6 +48,49 @@ def configure_airflow() -> None:
     import airflow.configuration  # noqa: F401  (it puts "show Airflow's deprecation warnings" first; ours goes before)
 
     warnings.filterwarnings("ignore", message=_PATHSPEC_DEPRECATION, category=DeprecationWarning)
+
+
+def default_warehouse_only() -> bool:
+    """Whether nothing names a warehouse besides the default DuckDB file, so a reader may open its snapshot without
+    Airflow (``bench sql`` then starts in about a second instead of three): no ``AIRFLOW_CONN_BENCH_WAREHOUSE``, no
+    secrets backend (in the environment or the Airflow home's ``airflow.cfg``), and no connection
+    ``bench_warehouse`` in this checkout's metadata DB (read with SQLAlchemy alone). Anything unsure (the metadata
+    DB not answering) is False: Airflow then looks the connection up and reports what is wrong."""
+    import configparser
+
+    if os.environ.get("AIRFLOW_CONN_BENCH_WAREHOUSE") or os.environ.get("AIRFLOW__SECRETS__BACKEND"):
+        return False
+    config = configparser.ConfigParser(interpolation=None)
+    home = Path(os.environ.get("AIRFLOW_HOME") or var_dir() / "airflow")
+    try:
+        config.read(home / "airflow.cfg")
+    except configparser.Error:
+        return False
+    if config.get("secrets", "backend", fallback="").strip():
+        return False
+    return not _connection_in_metadata_db("bench_warehouse")
+
+
+def _connection_in_metadata_db(conn_id: str) -> bool:
+    """Whether the metadata DB holds the connection (True also when it cannot be asked)."""
+    import sqlalchemy
+
+    uri = os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")
+    if not uri:
+        from benchtools.metadata_db import metadata_db
+
+        uri = metadata_db()[0]
+    engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect() as con:
+            query = sqlalchemy.text("SELECT 1 FROM connection WHERE conn_id = :c")
+            return con.execute(query, {"c": conn_id}).first() is not None
+    except sqlalchemy.exc.ProgrammingError:  # PostgreSQL: no table yet (never migrated), so no connection
+        return False
+    except sqlalchemy.exc.SQLAlchemyError as exc:
+        return "no such table" not in str(exc)  # SQLite's missing table; anything else: unsure
+    finally:
+        engine.dispose()
 
 
 def ensure_pools() -> list[str]:

@@ -147,19 +147,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     return runner.run(spec, Path(path).resolve(), args.conf, verbose=args.verbose)
 
 
+def _read(query: str, timeout_s: float) -> Any:
+    """The statement's answer as a DataFrame: from the default DuckDB snapshot without Airflow when nothing names
+    another warehouse, else from the one Airflow's connection ``bench_warehouse`` names."""
+    from benchflow.warehouse import Warehouse, default_path, frame_of
+    from benchflow.warehouse.readonly import check
+    from benchtools.airflow_env import default_warehouse_only
+
+    if default_warehouse_only():
+        from benchflow.warehouse import snapshot
+
+        where = snapshot.snapshot_of(default_path())
+        return frame_of(*snapshot.read_statement(lambda: snapshot.open_snapshot(where), check(query), timeout_s))
+    configure_airflow()
+    return Warehouse.from_airflow(read_only=True).read(query, timeout_s)
+
+
 def cmd_sql(args: argparse.Namespace) -> int:
     """One read statement against the warehouse (the published snapshot, or a read-only PostgreSQL
     transaction), printed as a table or written as CSV, JSON or Parquet."""
-    from benchflow.warehouse import Warehouse
     from benchflow.warehouse.readonly import RefusedStatement
 
     if args.format == "parquet" and not args.out:
         print("bench sql: --format parquet writes a file: give --out FILE", file=sys.stderr)
         return 2
-    configure_airflow()
     try:
-        warehouse = Warehouse.from_airflow(read_only=True)
-        frame = warehouse.read(args.query, args.timeout)
+        frame = _read(args.query, args.timeout)
     except TimeoutError as exc:
         print(f"bench sql: {exc} (--timeout {args.timeout:g})", file=sys.stderr)
         return 1

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchflow.paths import PROJECT_ROOT
-from benchtools.airflow_env import IGNORE_FILE_SYNTAX
+from benchtools.airflow_env import IGNORE_FILE_SYNTAX, PROCESS_CONTEXT
 from benchtools.net import free_port
 
 LOCAL_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
@@ -65,7 +65,7 @@ def base_environment(
     one admin (its password in ``passwords``), everything else of this process's environment but its Airflow
     settings."""
     url = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__") and k != PROCESS_CONTEXT}
     env.update(
         {
             "AIRFLOW_HOME": str(home),

@@ -33,6 +33,21 @@ def default_path() -> Path:
     return var_dir() / "warehouse.duckdb"
 
 
+def frame_of(columns: list[str], rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+    """An analyst statement's answer as a DataFrame; a column of decimals (PostgreSQL's numeric: the sum or average
+    of integers) as numbers, not text."""
+    from decimal import Decimal
+
+    import pandas as pd
+
+    frame = pd.DataFrame.from_records(rows, columns=columns)
+    for i in range(len(frame.columns)):
+        values = frame.iloc[:, i].dropna()
+        if len(values) and frame.iloc[:, i].dtype == object and all(isinstance(v, Decimal) for v in values):
+            frame.isetitem(i, frame.iloc[:, i].astype("float64"))
+    return frame
+
+
 class Transaction:
     """An open transaction on one connection; statements use the backend's placeholder ``p``."""
 
@@ -164,10 +179,6 @@ class Warehouse:
         cannot write (:meth:`~.hooks.WarehouseHook.read_statement`); a DataFrame. Raises
         :class:`~.readonly.RefusedStatement` for any other text, :class:`TimeoutError` past ``timeout_s`` (five
         minutes by default)."""
-        from decimal import Decimal
-
-        import pandas as pd
-
         from benchflow.warehouse.readonly import check
 
         columns, rows = (
@@ -175,12 +186,7 @@ class Warehouse:
             if timeout_s is None
             else self.hook.read_statement(check(text), timeout_s)
         )
-        frame = pd.DataFrame.from_records(rows, columns=columns)
-        for i in range(len(frame.columns)):  # PostgreSQL's numeric (sum, avg of integers): a number, not text
-            values = frame.iloc[:, i].dropna()
-            if len(values) and frame.iloc[:, i].dtype == object and all(isinstance(v, Decimal) for v in values):
-                frame.isetitem(i, frame.iloc[:, i].astype("float64"))
-        return frame
+        return frame_of(columns, rows)
 
     def migrate(self) -> list[str]:
         """Apply pending migrations and (re)create the analyst views; returns what was applied."""

@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import tempfile
-import threading
 import time
 from copy import deepcopy
 from pathlib import Path
@@ -20,7 +19,8 @@ from typing import Any, Protocol
 from airflow.providers.common.sql.hooks.sql import DbApiHook
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 
-READ_TIMEOUT_S = 300.0  # an analyst's statement (bench sql) is cancelled past it (bench sql --timeout)
+from benchflow.warehouse import snapshot as snapshots
+from benchflow.warehouse.snapshot import READ_TIMEOUT_S
 
 LOCK_WAIT_S = 300.0
 LOCAL_PG = ("127.0.0.1", 5432, "postgres")  # the PostgreSQL server of a machine that runs it for Airflow (trust)
@@ -159,8 +159,7 @@ class DuckDBHook(DbApiHook):
         return self.path
 
     def snapshot_path(self) -> Path:
-        path = self.database_path()
-        return path.with_name(f"{path.stem}.snapshot{path.suffix}")
+        return snapshots.snapshot_of(self.database_path())
 
     def snapshot_stale(self) -> bool:
         """Whether the warehouse file changed after its published snapshot was written (the last publish failed:
@@ -175,10 +174,7 @@ class DuckDBHook(DbApiHook):
         import duckdb
 
         if self.read_only:
-            snapshot = self.snapshot_path()
-            if not snapshot.exists():
-                raise FileNotFoundError(f"no published warehouse at {snapshot}: run `bench migrate` (or a campaign)")
-            return duckdb.connect(str(snapshot), read_only=True, config={"enable_external_access": False})
+            return snapshots.open_snapshot(self.snapshot_path())
         path = self.database_path()
         path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + self.lock_wait_s
@@ -221,32 +217,11 @@ class DuckDBHook(DbApiHook):
             ) from exc
 
     def read_statement(self, sql: str, timeout_s: float = READ_TIMEOUT_S) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """One statement of an analyst (``bench sql``): DuckDB's own parser must find exactly one ``SELECT``
-        (``FROM``, ``SHOW``, ``DESCRIBE``, ``SUMMARIZE`` and ``VALUES`` parse as one) or ``EXPLAIN``; it runs on
-        the read-only snapshot, which has no access to other files. (column names, rows)."""
-        import duckdb
-
-        from benchflow.warehouse.readonly import RefusedStatement
-
-        found = duckdb.extract_statements(sql)
-        kinds = [s.type for s in found]
-        if kinds not in ([duckdb.StatementType.SELECT], [duckdb.StatementType.EXPLAIN]):
-            names = ", ".join(k.name for k in kinds) or "none"
-            raise RefusedStatement(f"bench sql runs one SELECT or EXPLAIN; DuckDB reads this text as: {names}")
+        """One statement of an analyst (``bench sql``) on the read-only snapshot (:func:`.snapshot.read_statement`,
+        which ``bench sql`` also calls without Airflow). (column names, rows)."""
         if not self.read_only:
             raise ValueError("an analyst's statement runs on the published snapshot: open the hook read_only")
-        con = self.get_conn()
-        timer = threading.Timer(timeout_s, con.interrupt)  # DuckDB has no statement timeout of its own
-        timer.daemon = True
-        timer.start()
-        try:
-            cur = con.execute(sql)
-            return [d[0] for d in cur.description or []], cur.fetchall()
-        except duckdb.InterruptException:
-            raise TimeoutError(f"the statement ran past {timeout_s:g} s and was cancelled") from None
-        finally:
-            timer.cancel()
-            con.close()
+        return snapshots.read_statement(self.get_conn, sql, timeout_s)
 
     def bulk_insert(self, con: Any, table: str, columns: list[str], frame: Any, key: list[Any]) -> None:
         """INSERT the frame's ``columns`` after the key ``(dag_id, run_id)``: DuckDB reads the frame in place."""
