@@ -83,8 +83,9 @@ def _connection_in_metadata_db(conn_id: str) -> bool:
     engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
     try:
         with engine.connect() as con:
-            query = sqlalchemy.text("SELECT 1 FROM connection WHERE conn_id = :c")
-            return con.execute(query, {"c": conn_id}).first() is not None
+            table = sqlalchemy.table("connection", sqlalchemy.column("conn_id"))  # Airflow's, read by name
+            query = sqlalchemy.select(table.c.conn_id).where(table.c.conn_id == conn_id)
+            return con.execute(query).first() is not None
     except sqlalchemy.exc.ProgrammingError:  # PostgreSQL: no table yet (never migrated), so no connection
         return False
     except sqlalchemy.exc.SQLAlchemyError as exc:
