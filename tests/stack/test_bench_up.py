@@ -135,6 +135,18 @@ def up(tmp_path_factory) -> Iterator[Up]:
         finish(env)
 
 
+def listening_on(var: Path) -> set[tuple[str, int]]:
+    """The addresses this test's stack listens on; a process that ends while it is read (a task's, the report's
+    run starting at once now) listens on nothing."""
+    found = set()
+    for proc in ours(var):
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            found |= {
+                (c.laddr.ip, c.laddr.port) for c in proc.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN
+            }
+    return found
+
+
 def ours(var: Path) -> list[psutil.Process]:
     """This test's processes of the stack: those writing into its var folder (the components' output goes to
     var/logs/) or whose BENCH_VAR_DIR is it (setproctitle can hide a process's environment)."""
@@ -195,12 +207,7 @@ def test_bench_up_shares_bench_runs_airflow_runs_a_campaign_and_shows_it(up):
     state = json.loads(state_file.read_text())
     assert set(state["pids"]) == {"api-server", "scheduler", "dag-processor", "triggerer"}
     assert sorted(p.pid for p in ours(var) if p.pid in state["pids"].values()) == sorted(state["pids"].values())
-    listening = {
-        (c.laddr.ip, c.laddr.port)
-        for proc in ours(var)
-        for c in proc.net_connections(kind="inet")
-        if c.status == psutil.CONN_LISTEN
-    }
+    listening = listening_on(var)
     assert listening == {("127.0.0.1", port)}, listening  # the api-server alone, on loopback
 
     command = [str(BENCH), "up", "--port", str(port)]
