@@ -258,7 +258,7 @@ def _level_order(value: Any) -> tuple[float, str]:
         return (math.inf, str(value))
 
 
-def metric_chart(cols: list[Column], frames: list[pd.DataFrame], metric: str, base: int) -> str:
+def metric_chart(cols: list[Column], frames: list[pd.DataFrame], metric: str) -> str:
     """Each side a line of its ok means with their intervals; its rows not judged ok hollow, in its colour."""
     kind = cols[0].kind
     column = kind.column(metric)
@@ -322,7 +322,7 @@ def page(
         if not any(len(f) for f in frames):
             continue
         out.append(f"<h2>{escape(kind.column(metric).heading)}</h2>")
-        out.append(metric_chart(cols, frames, metric, base))
+        out.append(metric_chart(cols, frames, metric))
         out.append(table(metric_table(cols, frames, base, metric)))
     body = "".join(out)
     return body + f"<style>{charts.STYLE}</style>" + charts.loader("") if "figure class=" in body else body
