@@ -1,7 +1,8 @@
 """A small real serving target: a tiny decoder with random weights, served the way SGLang serves.
 
     python server.py --port 30100 [--model-path tokenizer] [--role both|prefill|decode]
-                     [--layers 2 --hidden 64 --experts 4 --topk 2]
+                     [--layers 2 --hidden 64 --experts 4 --topk 2] [--enable-metrics [--metrics-names vllm]]
+                     [--max-batch B --step-ms T | --decode-step-ms T] [--prefill-ms-per-token X] [--max-kv-tokens N]
 
 Each layer is causal self-attention then an MoE feed-forward computed by the ``kernels/moe`` payload
 (``fused_moe_torch`` on a CPU, the Triton kernel with CUDA). Decoding is greedy and never stops early
@@ -19,8 +20,9 @@ prefix cache: it succeeds and does nothing); ``POST /generate`` (``text`` or ``i
 ``sampling_params.max_new_tokens``, streamed as cumulative ``text`` + ``meta_info`` like SGLang) and
 ``POST /v1/completions`` (``prompt`` as text or token ids, ``max_tokens``, ``stream``,
 ``stream_options.include_usage`` / ``continuous_usage_stats``), ``POST /tokenize`` and ``/detokenize``
-(``vllm bench serve`` checks its prompts with them). Requests are served one at a time (a lock),
-so queueing shows up in TTFT as load grows. ``--role`` is reported in ``/server_info`` only.
+(``vllm bench serve`` checks its prompts with them); ``GET /metrics`` with ``--enable-metrics`` (below). Requests
+are served one at a time (a lock), so queueing shows up in TTFT as load grows. ``--role`` is reported in
+``/server_info`` (and as the metrics' ``engine_type``).
 
 A capacity knob, off by default: ``--max-batch B --step-ms T [--noise F --seed S]`` replaces the lock by a
 scheduler with a known capacity, for load searches whose answer a test must know. It decodes in rounds:
@@ -31,6 +33,37 @@ request takes one round, T·ceil(N / B): with closed-loop concurrency C (N ≈ C
 TTFT ≤ 2·T·ceil(C / B). With B = 8 and T = 20 ms, TPOT is 20 ms up to C = 8 and 40 ms from C = 9: a P99 TPOT
 limit of 30 ms holds up to C = 8 and fails from C = 9 (a probe's last requests, when fewer are left running,
 see shorter rounds). A step lasts longer than T only when computing its tokens does (B model passes).
+
+Knobs that make a role the bottleneck, off by default. ``--prefill-ms-per-token X`` (a prefill or both server):
+each prompt this server prefills costs X ms per prompt token, spent holding the server's one path: inside the lock
+before the first token, or, with the scheduler, in its thread at the start of the round that admits the request,
+before that round's steps (prefills one after the other, stalling the decode steps as a scheduler without chunked
+prefill does). Under load prefills queue behind each other: TTFT grows by X times the prompt tokens ahead and its
+own. ``--decode-step-ms T`` (a decode or both server) is the capacity scheduler with a step of T ms (it replaces
+``--step-ms``) and ``--max-batch B`` if given, else B = 256 (more sequences than the listen backlog of 128: one
+step a round): every token of every running sequence then takes at least T, a round of T·ceil(N / B); on a
+decode server the first token streamed is the prefill server's, the rest are steps. ``--max-kv-tokens N``: a KV
+pool of N tokens; a running sequence holds its prompt + generated tokens. A queued request is admitted (in order,
+at a round's start) only if the running sequences' tokens, its own, and one token for each of them (the round's)
+fit in N; when a round's tokens would not fit, the newest running sequences are retracted, as SGLang retracts
+decode requests out of memory: back to the head of the queue, keeping the tokens they made (no new prefill), one
+preemption each. A request that cannot fit alone (prompt + max tokens > N; on a prefill server prompt + 1) is
+refused with 400, so the oldest running sequence always fits and every request finishes. Without the scheduler
+one request runs at a time, and the pool only refuses what cannot fit. Without ``--max-kv-tokens`` there is no
+limit, and the usage reported is used / 2^20 nominal tokens (``sglang:max_total_num_tokens``).
+
+``--enable-metrics``: ``GET /metrics`` answers Prometheus text (``text/plain; version=0.0.4``), written here by hand,
+with SGLang 0.5.23's names and labels (``model_name`` = the served model name, ``engine_type`` unified|prefill|
+decode, ranks 0), or vLLM's with ``--metrics-names vllm`` (``model_name``, ``engine="0"``); without the flag
+``/metrics`` is 404, as in SGLang. The values are the server's own state. Gauges: running = sequences holding the
+model (the request in the lock, or the scheduler's running sequences, prefilling or decoding), queued = requests
+accepted and not running (waiting for the lock, a round or KV room, or retracted), KV tokens used and used / N,
+generation throughput = tokens made in the last 2 s / 2 s. Counters: retractions (preemptions); per request, at its
+end, the prompt tokens this server prefilled (none on a PD decode server), the tokens it generated (1 on a prefill
+server; on a decode server all but the first, which its prefill server made) and one finished request. Histograms,
+per request, as its tokens leave this server: time to first token and end-to-end latency from its arrival, the
+inter-token latency of each later token, and the queue time from queued to first admitted. ``/health_generate``
+counts in the gauges only.
 """
 
 from __future__ import annotations
@@ -45,9 +78,11 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -62,6 +97,10 @@ VOCAB = 256
 CONTEXT_LEN = 4096
 BOOTSTRAP_TIMEOUT = 300.0  # how long a decode server waits for its prefill
 VERSION = "benchflow-tiny-moe-1"
+NOMINAL_KV_TOKENS = 1 << 20  # token_usage's denominator without --max-kv-tokens (there is no limit then)
+DECODE_BATCH = 256  # --decode-step-ms without --max-batch: more sequences than the server's backlog holds
+THROUGHPUT_WINDOW = 2.0  # seconds: the generation throughput gauge is the tokens made in the last window / window
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class TinyMoEDecoder(torch.nn.Module):
@@ -140,29 +179,106 @@ class Rooms:
             return self.tokens.pop(room)
 
 
+class Load:
+    """What the gauges read, kept by whichever path serves (the lock or the scheduler): requests queued and running,
+    the KV tokens the running ones hold, retractions, and the tokens made lately (the throughput)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.lock = threading.Lock()
+        self.capacity = capacity
+        self.queued = self.running = self.used = self.preemptions = 0
+        self.recent: deque[tuple[float, int]] = deque()  # (monotonic time, tokens) of each step
+
+    def change(self, queued: int = 0, running: int = 0, used: int = 0, preempted: int = 0) -> None:
+        with self.lock:
+            self.queued += queued
+            self.running += running
+            self.used += used
+            self.preemptions += preempted
+
+    def grew(self, tokens: int) -> None:
+        """``tokens`` tokens made, one for each of as many running sequences."""
+        now = time.monotonic()
+        with self.lock:
+            self.used += tokens
+            self.recent.append((now, tokens))
+            self._forget(now)
+
+    def _forget(self, now: float) -> None:
+        while self.recent and self.recent[0][0] < now - THROUGHPUT_WINDOW:
+            self.recent.popleft()
+
+    def readings(self) -> dict[str, float]:
+        """The gauges' and the preemption counter's values now."""
+        now = time.monotonic()
+        with self.lock:
+            self._forget(now)
+            return {
+                "running": self.running,
+                "queued": self.queued,
+                "used": self.used,
+                "usage": self.used / self.capacity,
+                "capacity": self.capacity,
+                "preemptions": self.preemptions,
+                "throughput": sum(n for _, n in self.recent) / THROUGHPUT_WINDOW,
+            }
+
+
+class Clock:
+    """One request's times at this server (``time.perf_counter``): arrived, queued for the model, first admitted."""
+
+    def __init__(self) -> None:
+        self.arrived = time.perf_counter()
+        self.queued: float | None = None
+        self.admitted: float | None = None
+
+    def admit(self) -> None:
+        if self.admitted is None:
+            self.admitted = time.perf_counter()
+
+    def queue_time(self) -> float:
+        return 0.0 if self.queued is None or self.admitted is None else self.admitted - self.queued
+
+
 class Sequence:
     """A request inside the scheduler: its tokens so far, and the queue its handler reads them from."""
 
-    def __init__(self, tokens: list[int], max_tokens: int):
+    def __init__(self, tokens: list[int], max_tokens: int, prefill_s: float = 0.0, clock: Clock | None = None):
         self.tokens, self.left = list(tokens), max_tokens
+        self.prefill_s, self.clock = prefill_s, clock  # the prefill's time, owed at its first admission
         self.out: queue.Queue[int] = queue.Queue()
         self.cancelled = False  # the client went away: dropped at the next round
 
 
 class Scheduler:
-    """Batched decoding with a known capacity (see the module's doc): rounds of ceil(N / B) steps of T ms."""
+    """Batched decoding with a known capacity (see the module's doc): rounds of ceil(N / B) steps of T ms, over
+    the sequences the KV pool (``kv_limit`` tokens, if any) admits."""
 
-    def __init__(self, model: TinyMoEDecoder, max_batch: int, step_ms: float, noise: float = 0.0, seed: int = 0):
+    def __init__(
+        self,
+        model: TinyMoEDecoder,
+        max_batch: int,
+        step_ms: float,
+        noise: float = 0.0,
+        seed: int = 0,
+        load: Load | None = None,
+        kv_limit: int | None = None,
+    ):
         self.model, self.max_batch, self.step_s, self.noise = model, max_batch, step_ms / 1e3, noise
         self.random = random.Random(seed)
-        self.pending: list[Sequence] = []
+        self.load, self.kv_limit = load or Load(NOMINAL_KV_TOKENS), kv_limit
+        self.pending: list[Sequence] = []  # queued, in order: retracted sequences go back to the head
+        self.running: list[Sequence] = []  # in admission order; changed by the scheduler's thread only
         self.ready = threading.Condition()
         threading.Thread(target=self._run, daemon=True, name="scheduler").start()
 
-    def generate(self, tokens: list[int], max_tokens: int) -> Iterator[int]:
-        sequence = Sequence(tokens, max_tokens)
+    def generate(
+        self, tokens: list[int], max_tokens: int, prefill_s: float = 0.0, clock: Clock | None = None
+    ) -> Iterator[int]:
+        sequence = Sequence(tokens, max_tokens, prefill_s, clock)
         with self.ready:
             self.pending.append(sequence)
+            self.load.change(queued=1)
             self.ready.notify()
         try:
             for _ in range(max_tokens):
@@ -171,16 +287,65 @@ class Scheduler:
             sequence.cancelled = True
 
     def _run(self) -> None:
-        running: list[Sequence] = []
         while True:
             with self.ready:
-                if not running:
+                if not self.running:
                     self.ready.wait_for(lambda: bool(self.pending))
-                running += self.pending
-                self.pending.clear()
+                admitted = self._admit()
+            owed = sum(s.prefill_s for s in admitted)  # their prefills, one after the other, before the round
+            for sequence in admitted:
+                sequence.prefill_s = 0.0
+            if owed:
+                time.sleep(owed)
+            running = list(self.running)
             for first in range(0, len(running), self.max_batch):
                 self._step(running[first : first + self.max_batch])
-            running = [s for s in running if s.left > 0 and not s.cancelled]
+            with self.ready:
+                self._retire()
+                self._retract()
+
+    def _fits(self, sequence: Sequence) -> bool:
+        """Whether the KV pool holds the running sequences, this one, and the round's token for each of them."""
+        need = self.load.used + len(sequence.tokens) + len(self.running) + 1
+        return self.kv_limit is None or need <= self.kv_limit
+
+    def _admit(self) -> list[Sequence]:
+        """Queued sequences to running, in order, while the KV pool has room for them (all, without a limit)."""
+        admitted: list[Sequence] = []
+        while self.pending:
+            sequence = self.pending[0]
+            if not sequence.cancelled and not self._fits(sequence):
+                break
+            self.pending.pop(0)
+            if sequence.cancelled:
+                self.load.change(queued=-1)
+                continue
+            self.running.append(sequence)
+            self.load.change(queued=-1, running=1, used=len(sequence.tokens))
+            if sequence.clock is not None:
+                sequence.clock.admit()
+            admitted.append(sequence)
+        return admitted
+
+    def _retire(self) -> None:
+        """Finished and cancelled sequences leave, their KV tokens freed."""
+        keep = []
+        for sequence in self.running:
+            if sequence.left > 0 and not sequence.cancelled:
+                keep.append(sequence)
+            else:
+                self.load.change(running=-1, used=-len(sequence.tokens))
+        self.running = keep
+
+    def _retract(self) -> None:
+        """While the next round's tokens would overflow the KV pool, the newest running sequence goes back to the
+        head of the queue (the oldest always fits alone: a request larger than the pool is refused)."""
+        while self.kv_limit is not None and len(self.running) > 1:
+            if self.load.used + len(self.running) <= self.kv_limit:
+                break
+            sequence = self.running.pop()
+            self.pending.insert(0, sequence)
+            self.load.change(queued=1, running=-1, used=-len(sequence.tokens), preempted=1)
 
     def _step(self, batch: list[Sequence]) -> None:
         """One step: a token for each sequence of the batch, delivered when the step's time is up."""
@@ -192,6 +357,391 @@ class Scheduler:
             sequence.tokens.append(token)
             sequence.left -= 1
             sequence.out.put(token)
+        self.load.grew(len(made))
+
+
+# The families /metrics exposes, as SGLang 0.5.23 (sglang/srt/observability/metrics_collector.py) and vLLM
+# (vllm/v1/metrics/loggers.py, buckets.py) name them: key, name, type, help, base labels, per-request label, buckets.
+SGLANG_TTFT_BUCKETS: tuple[float, ...] = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+SGLANG_E2E_BUCKETS: tuple[float, ...] = (*SGLANG_TTFT_BUCKETS, 600, 1200, 1800, 2400)
+SGLANG_ITL_BUCKETS: tuple[float, ...] = (
+    0.002,
+    0.004,
+    0.006,
+    0.008,
+    0.01,
+    0.015,
+    0.02,
+    0.025,
+    0.03,
+    0.035,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+)
+SGLANG_ITL_BUCKETS += (0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0)
+SGLANG_QUEUE_BUCKETS: tuple[float, ...] = (
+    0.0,
+    0.001,
+    0.005,
+    0.01,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1,
+    2,
+    3,
+    4,
+    5,
+    10,
+    15,
+    20,
+    30,
+    40,
+    50,
+    60,
+)
+SGLANG_QUEUE_BUCKETS += (70, 80, 90, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800)
+SGLANG_QUEUE_BUCKETS += (2000, 2500, 3000)
+VLLM_TTFT_BUCKETS: tuple[float, ...] = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+)
+VLLM_TTFT_BUCKETS += (20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+VLLM_ITL_BUCKETS: tuple[float, ...] = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+)
+VLLM_ITL_BUCKETS += (40.0, 80.0)
+VLLM_LATENCY_BUCKETS: tuple[float, ...] = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+)
+VLLM_LATENCY_BUCKETS += (240.0, 480.0, 960.0, 1920.0, 7680.0)
+VLLM_FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+
+class Family(NamedTuple):
+    """A metric family: our key for its value, its name, type and help, whose labels (:class:`Metrics`), the
+    label a request adds (``is_streaming`` or ``finished_reason``) and a histogram's buckets."""
+
+    key: str
+    name: str
+    kind: str
+    help: str
+    base: str
+    extra: str | None = None
+    buckets: tuple[float, ...] | None = None
+
+
+SCHED, TOK = "scheduler", "tokenizer"
+FAMILIES: dict[str, tuple[Family, ...]] = {
+    "sglang": (
+        Family("running", "sglang:num_running_reqs", "gauge", "The number of running requests.", SCHED),
+        Family("queued", "sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", SCHED),
+        Family("throughput", "sglang:gen_throughput", "gauge", "The generation throughput (token/s).", SCHED),
+        Family("usage", "sglang:token_usage", "gauge", "The token usage.", SCHED),
+        Family("used", "sglang:num_used_tokens", "gauge", "The number of used tokens.", SCHED),
+        Family(
+            "capacity",
+            "sglang:max_total_num_tokens",
+            "gauge",
+            "Maximum total number of tokens in the KV cache pool.",
+            SCHED,
+        ),
+        Family(
+            "preemptions",
+            "sglang:num_retracted_requests_total",
+            "counter",
+            "Total number of retracted requests.",
+            SCHED,
+        ),
+        Family(
+            "queue_time",
+            "sglang:queue_time_seconds",
+            "histogram",
+            "Histogram of queueing time in seconds.",
+            SCHED,
+            buckets=SGLANG_QUEUE_BUCKETS,
+        ),
+        Family(
+            "prompt_tokens",
+            "sglang:prompt_tokens_total",
+            "counter",
+            "Number of prefill tokens processed.",
+            TOK,
+            "is_streaming",
+        ),
+        Family(
+            "generation_tokens",
+            "sglang:generation_tokens_total",
+            "counter",
+            "Number of generation tokens processed.",
+            TOK,
+            "is_streaming",
+        ),
+        Family(
+            "requests", "sglang:num_requests_total", "counter", "Number of requests processed.", TOK, "is_streaming"
+        ),
+        Family(
+            "ttft",
+            "sglang:time_to_first_token_seconds",
+            "histogram",
+            "Histogram of time to first token in seconds.",
+            TOK,
+            "is_streaming",
+            SGLANG_TTFT_BUCKETS,
+        ),
+        Family(
+            "itl",
+            "sglang:inter_token_latency_seconds",
+            "histogram",
+            "Histogram of inter-token latency in seconds.",
+            TOK,
+            buckets=SGLANG_ITL_BUCKETS,
+        ),
+        Family(
+            "e2e",
+            "sglang:e2e_request_latency_seconds",
+            "histogram",
+            "Histogram of End-to-end request latency in seconds",
+            TOK,
+            "is_streaming",
+            SGLANG_E2E_BUCKETS,
+        ),
+    ),
+    "vllm": (
+        Family(
+            "running", "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", "vllm"
+        ),
+        Family("queued", "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", "vllm"),
+        Family("usage", "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", "vllm"),
+        Family(
+            "preemptions",
+            "vllm:num_preemptions_total",
+            "counter",
+            "Cumulative number of preemption from the engine.",
+            "vllm",
+        ),
+        Family("prompt_tokens", "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", "vllm"),
+        Family(
+            "generation_tokens",
+            "vllm:generation_tokens_total",
+            "counter",
+            "Number of generation tokens processed.",
+            "vllm",
+        ),
+        Family(
+            "requests",
+            "vllm:request_success_total",
+            "counter",
+            "Count of successfully processed requests.",
+            "vllm",
+            "finished_reason",
+        ),
+        Family(
+            "ttft",
+            "vllm:time_to_first_token_seconds",
+            "histogram",
+            "Histogram of time to first token in seconds.",
+            "vllm",
+            buckets=VLLM_TTFT_BUCKETS,
+        ),
+        Family(
+            "itl",
+            "vllm:inter_token_latency_seconds",
+            "histogram",
+            "Histogram of inter-token latency in seconds.",
+            "vllm",
+            buckets=VLLM_ITL_BUCKETS,
+        ),
+        Family(
+            "e2e",
+            "vllm:e2e_request_latency_seconds",
+            "histogram",
+            "Histogram of e2e request latency in seconds.",
+            "vllm",
+            buckets=VLLM_LATENCY_BUCKETS,
+        ),
+        Family(
+            "queue_time",
+            "vllm:request_queue_time_seconds",
+            "histogram",
+            "Histogram of time spent in WAITING phase for request.",
+            "vllm",
+            buckets=VLLM_LATENCY_BUCKETS,
+        ),
+    ),
+}
+Labels = tuple[tuple[str, str], ...]
+
+
+def prometheus_float(value: float) -> str:
+    """A sample's value as Prometheus' text format writes it (as ``prometheus_client`` does)."""
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return "NaN" if math.isnan(value) else repr(float(value))
+
+
+def prometheus_sample(name: str, labels: Labels, value: float) -> str:
+    escaped = (v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") for _, v in labels)
+    inner = ",".join(f'{k}="{v}"' for (k, _), v in zip(labels, escaped, strict=True))
+    return f"{name}{{{inner}}} {prometheus_float(value)}"
+
+
+class Histogram:
+    """A Prometheus histogram's state: observations per bucket, their sum and count."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = tuple(float(b) for b in bounds)
+        self.counts = [0] * len(self.bounds)  # per bucket, not cumulative (over the last bound: in count only)
+        self.sum, self.count = 0.0, 0
+
+    def observe(self, value: float) -> None:
+        i = next((i for i, bound in enumerate(self.bounds) if value <= bound), len(self.bounds))  # first >= value
+        if i < len(self.bounds):
+            self.counts[i] += 1
+        self.sum += value
+        self.count += 1
+
+    def lines(self, name: str, labels: Labels) -> list[str]:
+        out, cumulative = [], 0
+        for bound, n in zip(self.bounds, self.counts, strict=True):
+            cumulative += n
+            out.append(prometheus_sample(f"{name}_bucket", (*labels, ("le", prometheus_float(bound))), cumulative))
+        out.append(prometheus_sample(f"{name}_bucket", (*labels, ("le", "+Inf")), self.count))
+        out.append(prometheus_sample(f"{name}_count", labels, self.count))
+        out.append(prometheus_sample(f"{name}_sum", labels, self.sum))
+        return out
+
+
+class Metrics:
+    """``GET /metrics``: the :data:`FAMILIES` of ``names`` (SGLang's or vLLM's), the gauges read from ``load``,
+    the per-request counters and histograms observed by :meth:`observed`."""
+
+    def __init__(self, names: str, model_name: str, role: str, load: Load) -> None:
+        self.families, self.load = FAMILIES[names], load
+        self.family = {f.key: f for f in self.families}
+        engine_type = {"both": "unified"}.get(role, role)
+        tokenizer = (("model_name", model_name), ("engine_type", engine_type))
+        self.base: dict[str, Labels] = {
+            "tokenizer": tokenizer,
+            "scheduler": (*tokenizer, ("tp_rank", "0"), ("pp_rank", "0"), ("moe_ep_rank", "0")),
+            "vllm": (("model_name", model_name), ("engine", "0")),
+        }
+        self.lock = threading.Lock()
+        self.counters: dict[str, dict[Labels, float]] = {}
+        self.histograms: dict[str, dict[Labels, Histogram]] = {}
+        if names == "vllm":  # vLLM makes its series at start-up: they read 0 before any request
+            for family in self.families:
+                if family.kind != "gauge" and family.key != "preemptions":
+                    for value in VLLM_FINISH_REASONS if family.extra else ("",):
+                        self._series(family.key, ((family.extra, value),) if family.extra else ())
+
+    def _series(self, key: str, extra: Labels) -> Histogram | None:
+        """Make the series of ``key`` with the per-request labels ``extra`` if it is not there (a histogram's)."""
+        buckets = self.family[key].buckets
+        if buckets is None:
+            self.counters.setdefault(key, {}).setdefault(extra, 0.0)
+            return None
+        return self.histograms.setdefault(key, {}).setdefault(extra, Histogram(buckets))
+
+    def _extra(self, key: str, stream: bool) -> Labels:
+        extra = self.family[key].extra
+        if extra == "is_streaming":
+            return (("is_streaming", "true" if stream else "false"),)
+        return (("finished_reason", "length"),) if extra == "finished_reason" else ()
+
+    def _observe(self, key: str, value: float, stream: bool) -> None:
+        with self.lock:
+            histogram = self._series(key, self._extra(key, stream))
+            if histogram is not None:
+                histogram.observe(value)
+
+    def _finish(self, prefilled: int, generated: int, clock: Clock, stream: bool) -> None:
+        e2e = time.perf_counter() - clock.arrived
+        with self.lock:
+            for key, value in (("prompt_tokens", prefilled), ("generation_tokens", generated), ("requests", 1)):
+                extra = self._extra(key, stream)
+                self._series(key, extra)
+                self.counters[key][extra] += value
+        self._observe("e2e", e2e, stream)
+        self._observe("queue_time", clock.queue_time(), stream)
+
+    def observed(
+        self, tokens_out: Iterator[int], clock: Clock, prefilled: int, bootstrapped: int, stream: bool
+    ) -> Iterator[int]:
+        """``tokens_out``, timed as each token leaves: TTFT, then inter-token latencies; at the end the request's
+        prompt tokens this server prefilled, the tokens it generated (all it streams but ``bootstrapped``, made by
+        a prefill server), e2e latency and queue time."""
+        last, made = None, 0
+        for token in tokens_out:
+            now = time.perf_counter()
+            self._observe("ttft" if last is None else "itl", now - (clock.arrived if last is None else last), stream)
+            last, made = now, made + 1
+            yield token
+        self._finish(prefilled, made - bootstrapped, clock, stream)
+
+    def exposition(self) -> bytes:
+        """The text format 0.0.4 of every family, as ``prometheus_client`` writes it."""
+        readings = self.load.readings()
+        lines = []
+        with self.lock:
+            for key, name, kind, text, base, *_ in self.families:
+                lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+                labels = self.base[base]
+                if key in readings:
+                    lines.append(prometheus_sample(name, labels, readings[key]))
+                for extra, histogram in self.histograms.get(key, {}).items():
+                    lines += histogram.lines(name, (*labels, *extra))
+                for extra, value in self.counters.get(key, {}).items():
+                    lines.append(prometheus_sample(name, (*labels, *extra), value))
+        return ("\n".join(lines) + "\n").encode()
 
 
 class Engine:
@@ -200,11 +750,20 @@ class Engine:
     def __init__(self, model: TinyMoEDecoder, tokenizer: CharTokenizer, args: argparse.Namespace):
         self.model, self.tokenizer, self.args = model, tokenizer, args
         self.lock = threading.Lock()
+        self.load = Load(args.max_kv_tokens or NOMINAL_KV_TOKENS)
+        self.prefill_s_per_token = args.prefill_ms_per_token / 1e3
+        batch, step_ms = args.max_batch, args.step_ms
+        if args.decode_step_ms is not None:  # the scheduler, its step T, all sequences in one step unless --max-batch
+            batch, step_ms = args.max_batch or DECODE_BATCH, args.decode_step_ms
+        self.max_running = batch or 1
         self.scheduler = (
-            Scheduler(model, args.max_batch, args.step_ms, args.noise, args.seed) if args.max_batch else None
+            Scheduler(model, batch, step_ms, args.noise, args.seed, self.load, args.max_kv_tokens) if batch else None
         )
         self.model_path = str(Path(args.model_path).resolve())
         self.served_model_name = args.served_model_name or self.model_path
+        self.metrics = (
+            Metrics(args.metrics_names, self.served_model_name, args.role, self.load) if args.enable_metrics else None
+        )
         self.started = time.time()
         self.last_gen_throughput = 0.0
         self.requests = self.generated_tokens = 0  # model passes started / tokens made, for /server_info
@@ -225,23 +784,43 @@ class Engine:
             raise BadRequest("empty prompt")
         return tokens
 
-    def generate(self, tokens: list[int], max_tokens: int) -> Iterator[int]:
+    def generate(
+        self, tokens: list[int], max_tokens: int, prefill: bool = True, clock: Clock | None = None
+    ) -> Iterator[int]:
         """Yield the generated token ids one by one, holding the model for the whole request (or, with a
-        capacity, as the scheduler's steps make them)."""
+        capacity, as the scheduler's steps make them). ``prefill``: the prompt is this server's to prefill (it
+        costs ``--prefill-ms-per-token``); ``clock`` takes the times it queued and was admitted."""
+        prefill_s = self.prefill_s_per_token * len(tokens) if prefill else 0.0
+        if clock is not None:
+            clock.queued = time.perf_counter()
         if self.scheduler is not None:
             start, made = time.perf_counter(), 0
-            for token in self.scheduler.generate(tokens, max_tokens):
+            for token in self.scheduler.generate(tokens, max_tokens, prefill_s, clock):
                 made += 1
                 yield token
             self._count(made, time.perf_counter() - start)
             return
+        yield from self._locked(tokens, max_tokens, prefill_s, clock)
+
+    def _locked(self, tokens: list[int], max_tokens: int, prefill_s: float, clock: Clock | None) -> Iterator[int]:
+        """The lock's path: queued until the model is free, then the prefill's time and every token."""
+        self.load.change(queued=1)
         with self.lock:
-            start = time.perf_counter()
+            self.load.change(queued=-1, running=1, used=len(tokens))
+            if clock is not None:
+                clock.admit()
             generated: list[int] = []
-            for _ in range(max_tokens):
-                token = self.model.next_token(tokens + generated)
-                generated.append(token)
-                yield token
+            try:
+                if prefill_s:
+                    time.sleep(prefill_s)
+                start = time.perf_counter()
+                for _ in range(max_tokens):
+                    token = self.model.next_token(tokens + generated)
+                    generated.append(token)
+                    self.load.grew(1)
+                    yield token
+            finally:
+                self.load.change(running=-1, used=-len(tokens) - len(generated))
             self._count(len(generated), time.perf_counter() - start)
 
     def _count(self, tokens: int, seconds: float) -> None:
@@ -250,32 +829,53 @@ class Engine:
         self.generated_tokens += tokens
 
     def tokens_for(self, request: dict, tokens: list[int], max_tokens: int) -> tuple[int, Iterator[int]]:
-        """How many tokens this server makes for the request, and their iterator. A request that the SGLang
-        router sent in PD mode carries ``bootstrap_host``/``bootstrap_port``/``bootstrap_room`` and goes to both
-        servers: the prefill server makes the first token and leaves it in the room; the decode server takes it
-        from the prefill server's bootstrap port, streams it, and decodes the rest."""
+        """How many tokens this server streams for the request, and their iterator (timed for ``/metrics`` when it
+        is on)."""
+        clock = Clock()
+        max_tokens, tokens_out, prefilled, bootstrapped = self._plan(request, tokens, max_tokens, clock)
+        if self.metrics is not None:
+            tokens_out = self.metrics.observed(tokens_out, clock, prefilled, bootstrapped, bool(request.get("stream")))
+        return max_tokens, tokens_out
+
+    def _plan(
+        self, request: dict, tokens: list[int], max_tokens: int, clock: Clock
+    ) -> tuple[int, Iterator[int], int, int]:
+        """How many tokens this server streams, their iterator, the prompt tokens it prefills, and how many of the
+        tokens it streams it does not make. A request that the SGLang router sent in PD mode carries
+        ``bootstrap_host``/``bootstrap_port``/``bootstrap_room`` and goes to both servers: the prefill server makes
+        the first token and leaves it in the room; the decode server takes it from the prefill server's bootstrap
+        port, streams it, and decodes the rest."""
         room = request.get("bootstrap_room")
         if room is None or self.args.role == "both":
-            return max_tokens, self.generate(tokens, max_tokens)
+            self._check_kv(len(tokens) + max_tokens)
+            return max_tokens, self.generate(tokens, max_tokens, clock=clock), len(tokens), 0
         if isinstance(room, list):
             raise BadRequest("one prompt per request")
         if self.args.role == "prefill":
-            return 1, self._prefill(tokens, int(room))
+            self._check_kv(len(tokens) + 1)
+            return 1, self._prefill(tokens, int(room), clock), len(tokens), 0
         host, port = request.get("bootstrap_host"), request.get("bootstrap_port")
         if not host or not port:
             raise BadRequest("a decode server needs the prefill server's bootstrap port (router: --prefill URL PORT)")
-        return max_tokens, self._decode(tokens, max_tokens, f"http://{host}:{port}/kv/{int(room)}")
+        self._check_kv(len(tokens) + max_tokens)
+        return max_tokens, self._decode(tokens, max_tokens, f"http://{host}:{port}/kv/{int(room)}", clock), 0, 1
 
-    def _prefill(self, tokens: list[int], room: int) -> Iterator[int]:
-        for token in self.generate(tokens, 1):
+    def _check_kv(self, tokens: int) -> None:
+        """A request must fit the KV pool alone (else it would wait, or be retracted, for ever)."""
+        limit = self.args.max_kv_tokens
+        if limit and tokens > limit:
+            raise BadRequest(f"the request needs {tokens} KV tokens (prompt + output), over --max-kv-tokens {limit}")
+
+    def _prefill(self, tokens: list[int], room: int, clock: Clock) -> Iterator[int]:
+        for token in self.generate(tokens, 1, clock=clock):
             self.rooms.put(room, token)
             yield token
 
-    def _decode(self, tokens: list[int], max_tokens: int, url: str) -> Iterator[int]:
+    def _decode(self, tokens: list[int], max_tokens: int, url: str, clock: Clock) -> Iterator[int]:
         with urllib.request.urlopen(url, timeout=BOOTSTRAP_TIMEOUT + 30) as response:
             first = int(json.loads(response.read())["token"])
         yield first
-        yield from self.generate([*tokens, first], max_tokens - 1)
+        yield from self.generate([*tokens, first], max_tokens - 1, prefill=False, clock=clock)
 
     def model_info(self) -> dict:
         return {
@@ -310,7 +910,7 @@ class Engine:
             "dp_size": 1,
             "ep_size": 1,
             "context_length": CONTEXT_LEN,
-            "max_running_requests": a.max_batch or 1,
+            "max_running_requests": self.max_running,
             "disaggregation_mode": self.disaggregation_mode(),
             "disaggregation_bootstrap_port": a.disaggregation_bootstrap_port,
             "num_layers": a.layers,
@@ -403,6 +1003,8 @@ class Handler(BaseHTTPRequestHandler):
             self._json(200, self.engine.server_info())
         elif path == "/flush_cache":
             self._flush_cache()
+        elif path == "/metrics" and self.engine.metrics is not None:  # without --enable-metrics: 404, as SGLang
+            self._send(200, self.engine.metrics.exposition(), METRICS_CONTENT_TYPE)
         else:
             self._json(404, {"detail": "Not Found"})
 
@@ -581,7 +1183,7 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1")
@@ -603,9 +1205,51 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-ms", type=float, default=20.0, help="capacity: the time of one step (ms)")
     parser.add_argument("--noise", type=float, default=0.0, help="capacity: step time × exp(noise · N(0, 1))")
     parser.add_argument("--seed", type=int, default=0, help="capacity: the noise's random seed")
+    parser.add_argument("--prefill-ms-per-token", type=float, default=0.0, help="prefill: ms per prompt token")
+    parser.add_argument("--decode-step-ms", type=float, help="decode: the scheduler, each step at least this (ms)")
+    parser.add_argument("--max-kv-tokens", type=int, help="the KV pool in tokens: admission and retraction")
+    parser.add_argument("--enable-metrics", action="store_true", help="GET /metrics: Prometheus text")
+    parser.add_argument("--metrics-names", choices=["sglang", "vllm"], help="whose metric names (default sglang)")
     args = parser.parse_args(argv)
+    check_arguments(parser, args)
+    return args
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.max_batch is not None and (args.max_batch < 1 or args.step_ms <= 0 or args.noise < 0):
         parser.error("--max-batch needs B >= 1, --step-ms > 0 and --noise >= 0")
+    if args.prefill_ms_per_token < 0 or (args.prefill_ms_per_token and args.role == "decode"):
+        parser.error("--prefill-ms-per-token needs X >= 0, on a prefill or both server")
+    if args.decode_step_ms is not None and (args.decode_step_ms <= 0 or args.noise < 0 or args.role == "prefill"):
+        parser.error("--decode-step-ms needs T > 0 and --noise >= 0, on a decode or both server")
+    if args.max_kv_tokens is not None and args.max_kv_tokens < 2:
+        parser.error("--max-kv-tokens needs N >= 2")
+    if args.metrics_names is not None and not args.enable_metrics:
+        parser.error("--metrics-names needs --enable-metrics")
+    args.metrics_names = args.metrics_names or "sglang"
+
+
+def describe(args: argparse.Namespace, engine: Engine) -> str:
+    """The start-up line: what is served where, and the knobs that are on."""
+    knobs = []
+    if args.decode_step_ms is not None:
+        knobs.append(f"capacity {engine.max_running} per {args.decode_step_ms:g} ms decode step")
+    elif args.max_batch:
+        knobs.append(f"capacity {args.max_batch} per {args.step_ms:g} ms step")
+    if args.prefill_ms_per_token:
+        knobs.append(f"prefill {args.prefill_ms_per_token:g} ms per prompt token")
+    if args.max_kv_tokens:
+        knobs.append(f"KV pool {args.max_kv_tokens} tokens")
+    if args.enable_metrics:
+        knobs.append(f"/metrics with {args.metrics_names} names")
+    return (
+        f"serving tiny MoE decoder ({args.role}, layers {args.layers}, hidden {args.hidden}) "
+        f"as {engine.served_model_name} on http://{args.host}:{args.port}" + "".join(f", {k}" for k in knobs)
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv)
     torch.set_num_threads(1)
     model = TinyMoEDecoder(args.layers, args.hidden, args.experts, args.topk, args.inter)
     model.next_token([1, 2, 3])  # warm up before reporting healthy
@@ -614,12 +1258,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "prefill":
         bootstrap = Server((args.host, args.disaggregation_bootstrap_port), make_bootstrap_handler(engine))
         threading.Thread(target=bootstrap.serve_forever, daemon=True).start()
-    print(
-        f"serving tiny MoE decoder ({args.role}, layers {args.layers}, hidden {args.hidden}) "
-        f"as {engine.served_model_name} on http://{args.host}:{args.port}"
-        + (f", capacity {args.max_batch} per {args.step_ms:g} ms step" if args.max_batch else ""),
-        flush=True,
-    )
+    print(describe(args, engine), flush=True)
     server.serve_forever()
     return 0
 

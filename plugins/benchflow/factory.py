@@ -328,6 +328,7 @@ def _telemetry(
         facts=preflight.output,
         period_ms=spec.telemetry.period_ms,
         max_bytes=spec.telemetry.max_bytes,
+        metrics_urls=spec.metrics_urls(),
         execution_timeout=_seconds(spec.timeouts.launch),
         **on_host,
     )

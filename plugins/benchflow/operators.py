@@ -9,6 +9,7 @@ plain clean-up functions with the run's ids only, which ``bench run`` also calls
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -538,48 +539,83 @@ class ReleaseHostOperator(TeardownOperator):
 
 
 TELEMETRY_JOB = "telemetry"
+METRICS_JOB = "metrics"
 
 
 class LaunchSamplerOperator(HostOperator):
     """Start the GPU sampler detached beside the benchmark (``python -m benchhost.sampler`` in the payload: NVML, else
     ``nvidia-smi -lms``), writing into the run directory's ``telemetry/`` job folder, and wait for its first
-    samples; a host without GPUs (preflight's facts) runs none and says so once. Its teardown stops it."""
+    samples; a host without GPUs (preflight's facts) runs none and says so once. With ``metrics_urls`` (the
+    servers' and routers' Prometheus endpoints), the server-metrics sampler too, in the ``metrics/`` job folder.
+    Its teardown stops both."""
 
     template_fields = ("host_id", "facts")
 
-    def __init__(self, *, facts: Any, period_ms: int, max_bytes: int, **kwargs: Any):
+    def __init__(self, *, facts: Any, period_ms: int, max_bytes: int, metrics_urls: Sequence[str] = (), **kwargs: Any):
         super().__init__(job=TELEMETRY_JOB, **kwargs)
         self.facts, self.period_ms, self.max_bytes = facts, period_ms, max_bytes
+        self.metrics_urls = list(metrics_urls)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        started = {"metrics": self._start_metrics(context)} if self.metrics_urls else {}
+        return {**self._start_gpus(context), **started}
+
+    def _start_gpus(self, context: Context) -> dict[str, Any]:
         from benchflow.remote import sampler
 
-        paths, rundir = self.job(context), self.rundir(context)
+        paths = self.job(context)
         if str(dict(self.facts or {}).get("gpu_count", "0")) == "0":
             self.log.info("host %s has no GPUs (preflight): no telemetry sampler", self.host_id)
             note = sampler.none_command(paths.job_dir, "no GPU on the host (preflight found no nvidia-smi)")
             self.host.check(note, timeout=60, what="note that the host has no GPUs")
             return {"sampler": "none"}
+
+        def command(ready: str, payload: str) -> str:
+            return sampler.sampler_command(
+                self.host.python, paths.job_dir, self.period_ms, self.max_bytes, ready, payload=payload
+            )
+
+        return self._start(context, paths, command, "telemetry sampler", "sampler")
+
+    def _start_metrics(self, context: Context) -> str:
+        from benchflow.remote import sampler
+
+        paths = self.job(context, METRICS_JOB)
+
+        def command(ready: str, payload: str) -> str:
+            return sampler.metrics_command(
+                self.host.python, paths.job_dir, self.metrics_urls, self.period_ms, self.max_bytes, ready, payload
+            )
+
+        return str(self._start(context, paths, command, "server-metrics sampler", "metrics")["metrics"])
+
+    def _start(self, context: Context, paths: Any, command: Any, what: str, key: str) -> dict[str, Any]:
+        """Attach to the job when it runs (a retry), else launch it and wait for its first samples."""
+        from benchflow.remote import sampler
+
         if (running := self.status(paths)).alive:
             self.claim(paths, context["run_id"])
-            return {"sampler": "attached", "pid": running.pid}
+            return {key: "attached", "pid": running.pid}
         ready = f"{paths.job_dir}/ready"
-        command = sampler.sampler_command(
-            self.host.python, paths.job_dir, self.period_ms, self.max_bytes, ready, payload=f"{rundir}/payload"
-        )
         env = {"PYTHONUNBUFFERED": "1"}
-        launch = jobs.launch_command(paths, command, cwd=rundir, env=env, run_id=context["run_id"])
-        pid = jobs.parse_pid(self.host.check(launch, timeout=60, what="launch the telemetry sampler").stdout)
+        rundir = self.rundir(context)
+        launch = jobs.launch_command(
+            paths, command(ready, f"{rundir}/payload"), cwd=rundir, env=env, run_id=context["run_id"]
+        )
+        pid = jobs.parse_pid(self.host.check(launch, timeout=60, what=f"launch the {what}").stdout)
         if self.host.run(sampler.wait_ready_command(ready, 30), 60).rc != 0:
-            self.log.warning("the sampler wrote no samples within 30 s; last lines:\n%s", self.log_tail(paths))
-        return {"sampler": "running", "pid": pid}
+            self.log.warning("the %s wrote no samples within 30 s; last lines:\n%s", what, self.log_tail(paths))
+        return {key: "running", "pid": pid}
 
 
 class StopSamplerOperator(TeardownOperator):
-    """Teardown: stop the GPU sampler (it writes its last samples and exits on TERM)."""
+    """Teardown: stop the GPU sampler and the server-metrics sampler (each writes its last samples and exits on
+    TERM; a job that never started is nothing to stop)."""
 
     def __init__(self, **kwargs: Any):
         super().__init__(job=TELEMETRY_JOB, **kwargs)
 
     def undo(self, dag_id: str, run_id: str) -> str:
-        return cleanup.stop_job(self.host, self.job_of(dag_id, run_id), exit_grace_s=0)
+        said = [cleanup.stop_job(self.host, self.job_of(dag_id, run_id, job), exit_grace_s=0)
+                for job in (TELEMETRY_JOB, METRICS_JOB)]  # fmt: skip
+        return "; ".join(said)

@@ -83,11 +83,19 @@ class RunContext:
     configs: dict[str, dict[str, str | None]] = field(default_factory=dict)  # config → server → its ``gpus``
     limits: Any = None
     run_args: dict[str, Any] = field(default_factory=dict)
+    servers: list[Any] = field(default_factory=list)  # telemetry.run.ServerOf: role and metrics URL of each
+    rules: Any = None  # the spec's bottleneck thresholds over the rules' defaults
 
     @classmethod
     def of(cls, spec: CampaignSpec, run_args: dict[str, Any]) -> RunContext:
+        from benchflow.telemetry.run import ServerOf
+
         configs = {c.name: {s.name: s.gpus for s in c.servers} for c in spec.configs}
-        return cls(configs, spec.validity.limits(), run_args)
+        servers = []
+        for config in spec.configs:
+            urls, roles = config.metrics_urls(), config.roles()
+            servers += [ServerOf(config.name, name, role, urls.get(name)) for name, role in roles.items()]
+        return cls(configs, spec.validity.limits(), run_args, servers, spec.bottleneck)
 
 
 def parse(
@@ -184,12 +192,17 @@ def add_telemetry(
         path = folder / name
         return path.read_text(errors="replace") if known and path.exists() else None
 
-    run = RunTelemetry.read(text_of, context.configs, context.limits, context.run_args)
+    run = RunTelemetry.read(text_of, context.configs, context.limits, context.run_args, context.servers)
     assert kind.telemetry is not None
     rows = merge(rows, kind.telemetry(rows, run))
+    phase_gpus, phase_servers = run.phase_gpus(), run.phase_servers()
     artifacts.write_jsonl(fetched.store, "telemetry_samples.jsonl", run.sample_rows())
-    artifacts.write_jsonl(fetched.store, "telemetry_phase_gpus.jsonl", run.phase_gpus())
-    notes.append(run.note())
+    artifacts.write_jsonl(fetched.store, "telemetry_phase_gpus.jsonl", phase_gpus)
+    artifacts.write_jsonl(fetched.store, "server_samples.jsonl", run.server_timeline())
+    artifacts.write_jsonl(fetched.store, "phase_servers.jsonl", phase_servers)
+    verdicts = kind.bottlenecks(rows, run, phase_gpus, phase_servers, context.rules) if kind.bottlenecks else []
+    artifacts.write_jsonl(fetched.store, "phase_bottlenecks.jsonl", verdicts)
+    notes += [n for n in (run.note(), run.metrics_note()) if n]
     if kind.validity and (judged := [r for r in rows if r.get(kind.validity) not in (None, "ok")]):
         first = judged[0]
         notes.append(

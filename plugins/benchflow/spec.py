@@ -7,13 +7,14 @@ A bad spec raises :class:`SpecError`, whose message names the file, the line and
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -140,6 +141,19 @@ class Server(_Model):
         default=None, description="CUDA_VISIBLE_DEVICES, e.g. '0-3' or '4,5,6,7'"
     )
     numa_node: int | None = Field(default=None, ge=0, le=63, description="numactl --cpunodebind/--membind")
+    role: Literal["prefill", "decode", "single", "router"] | None = Field(
+        default=None,
+        description="what the server does in its config; default: router for the router, prefill/decode when the "
+        "name or the command says so (--disaggregation-mode, --role), else single",
+    )
+    metrics: bool = Field(default=True, description="read the server's Prometheus endpoint during the run")
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="the endpoint's port; default: the server's port, or a router's --prometheus-port (else 29000)",
+    )
+    metrics_path: Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9/_.-]*$")] = "/metrics"
 
     def env(self) -> dict[str, str]:
         devices = self.visible_devices()
@@ -175,6 +189,44 @@ class ServingConfig(_Model):
     def endpoint(self) -> Server:
         """Where the benchmark client sends requests: the router, else the only server."""
         return self.router or self.servers[0]
+
+    def roles(self) -> dict[str, str]:
+        """Server name → its role (prefill | decode | single | router): the spec's ``role``, else what the name
+        or the command says (``--disaggregation-mode prefill``, ``--role decode``, a server named prefill)."""
+        out: dict[str, str] = {self.router.name: self.router.role or "router"} if self.router else {}
+        for server in self.servers:
+            words = f"{server.name} {server.command}".replace("=", " ").split()
+            said = [r for r in ("prefill", "decode") if r == server.name or _flag_says(words, r)]
+            out[server.name] = server.role or (said[0] if len(said) == 1 else "single")
+        return out
+
+    def metrics_urls(self) -> dict[str, str]:
+        """Server name → the Prometheus URL the metrics sampler reads on the host (servers with ``metrics``)."""
+        out = {}
+        for member in [*self.servers, *([self.router] if self.router else [])]:
+            if member.metrics:
+                out[member.name] = (
+                    f"http://127.0.0.1:{_metrics_port(member, member is self.router)}{member.metrics_path}"
+                )
+        return out
+
+
+def _flag_says(words: list[str], role: str) -> bool:
+    """Whether a command line names ``role`` as a server's mode (``--disaggregation-mode R``, ``--role R``)."""
+    return any(w in ("--disaggregation-mode", "--role") and n == role for w, n in itertools.pairwise(words))
+
+
+ROUTER_METRICS_PORT = 29000  # sglang-router's --prometheus-port default
+
+
+def _metrics_port(member: Server, router: bool) -> int:
+    if member.metrics_port is not None:
+        return member.metrics_port
+    if not router:
+        return member.port
+    words = member.command.replace("=", " ").split()
+    given = [n for w, n in itertools.pairwise(words) if w == "--prometheus-port" and n.isdigit()]
+    return int(given[0]) if given else ROUTER_METRICS_PORT
 
 
 class Benchmark(_Model):
@@ -349,6 +401,18 @@ class CampaignSpec(_Model):
     regressions: Regressions = Field(default_factory=Regressions)
     telemetry: Telemetry = Field(default_factory=Telemetry)
     validity: Validity = Field(default_factory=Validity)
+    bottleneck: dict[str, float] = Field(
+        default_factory=dict,
+        description="thresholds of the bottleneck rules (benchflow/analysis/bottleneck.yaml) this campaign changes",
+    )
+
+    @field_validator("bottleneck")
+    @classmethod
+    def _known_thresholds(cls, value: dict[str, float]) -> dict[str, float]:
+        from benchflow.analysis.bottleneck import rules
+
+        rules().with_thresholds(value)  # an unknown name is refused, naming the known ones
+        return value
 
     @field_validator("benchmark", mode="wrap")
     @classmethod
@@ -428,6 +492,14 @@ class CampaignSpec(_Model):
     def lease_seconds(self) -> float:
         """How long a run may hold its host: every stage at its timeout, the GPU wait included."""
         return self.timeouts.lease_seconds(len(self.configs)) + self.gpus_free.wait
+
+    def metrics_urls(self) -> list[str]:
+        """The distinct Prometheus URLs of every config's servers and router, in spec order (configs run one after
+        the other and may reuse a port: the sampler reads each URL once, the pipeline tells them apart by time)."""
+        urls: list[str] = []
+        for config in self.configs:
+            urls += [u for u in config.metrics_urls().values() if u not in urls]
+        return urls
 
     @model_validator(mode="after")
     def _host_in_pool(self) -> CampaignSpec:

@@ -7,6 +7,7 @@ never summarised (so never a baseline)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -22,29 +23,40 @@ from tests.gpu_standin import BIN, PYTHON, scenario_module, write_scenario
 
 pytestmark = pytest.mark.e2e
 
-SERVER = "{python} server.py --layers 1 --hidden 32 --port {port}"
+SERVER = "{python} server.py --layers 1 --hidden 32 --port {port} --enable-metrics"
 ROUTER = (
     "{python} -m sglang_router.launch_router --pd-disaggregation --prefill http://127.0.0.1:30131 30134 "
     "--decode http://127.0.0.1:30132 --host 127.0.0.1 --port {port} --prometheus-port 30135"
 )
 PREFILL = f"{SERVER} --role prefill --disaggregation-bootstrap-port 30134"
+# A second PD pair whose prefill is the slow part (10 ms a prompt token, one prompt at a time)
+SLOW_PREFILL_ROUTER = (
+    "{python} -m sglang_router.launch_router --pd-disaggregation --prefill http://127.0.0.1:30136 30139 "
+    "--decode http://127.0.0.1:30137 --host 127.0.0.1 --port {port} --prometheus-port 30140"
+)
+SLOW_PREFILL = f"{SERVER} --role prefill --disaggregation-bootstrap-port 30139 --prefill-ms-per-token 10"
 SERVING = textwrap.dedent(
     f"""\
-    description: serving_local's two configs on stand-in GPUs over loopback SSH
+    description: serving_local's two configs on stand-in GPUs over loopback SSH, each with a known bottleneck
     kind: serving
     host: gpu_standin
     payload: serving
     requires: [moe]
     schedule: null
     configs:
-      - name: single
+      - name: single  # a KV cache of 40 tokens holds one 16 + 16-token request: the rest queue or are retracted
         servers:
-          - {{name: engine, command: "{SERVER}", port: 30130, gpus: "0"}}
-      - name: pd
+          - {{name: engine, command: "{SERVER} --decode-step-ms 10 --max-kv-tokens 40", port: 30130, gpus: "0"}}
+      - name: pd  # a slow decode step (40 ms a token): decode-bound
         servers:
           - {{name: prefill, command: "{PREFILL}", port: 30131, gpus: "0,1"}}
-          - {{name: decode, command: "{SERVER} --role decode", port: 30132, gpus: "2,3"}}
+          - {{name: decode, command: "{SERVER} --role decode --decode-step-ms 40", port: 30132, gpus: "2,3"}}
         router: {{name: router, command: "{ROUTER}", port: 30133}}
+      - name: pdp  # a slow prefill: prefill-bound
+        servers:
+          - {{name: prefill, command: "{SLOW_PREFILL}", port: 30136, gpus: "4"}}
+          - {{name: decode, command: "{SERVER} --role decode", port: 30137, gpus: "5"}}
+        router: {{name: router, command: "{SLOW_PREFILL_ROUTER}", port: 30138}}
     benchmark:
       script: sweep.py
       repeats: 1
@@ -74,8 +86,8 @@ DECODE_GPU = 2  # throttles (hardware slowdown, 0x8) for the whole run: only the
 def scenario(tmp_path_factory):
     path = tmp_path_factory.mktemp("gpus") / "scenario.json"
     throttle = [{"from_s": 0, "to_s": 10**6, "reasons": 8, "sm_mhz": 1100, "power_w": 300}]
-    gpus = [{}, {"busy": False}, {"throttle": throttle}, {}]
-    return path, write_scenario(path, count=4, gpus=gpus)
+    gpus = [{}, {"busy": False}, {"throttle": throttle}, {}, {}, {}]
+    return path, write_scenario(path, count=6, gpus=gpus)
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +124,8 @@ def test_a_pd_run_gets_telemetry_per_phase_and_gpu_with_joules_per_token_to_the_
         [run_id],
     )
     pd = gpus[gpus["config"] == "pd"]
+    assert set(pd[pd["server"].isna()]["gpu_index"]) == {4, 5}  # sampled, but the other PD pair's
+    pd = pd[pd["server"].notna()]
     assert (
         list(zip(pd["gpu_index"], pd["server"], strict=True))
         == [(0, "prefill"), (1, "prefill"), (2, "decode"), (3, "decode")] * 2
@@ -141,6 +155,36 @@ def test_a_pd_run_gets_telemetry_per_phase_and_gpu_with_joules_per_token_to_the_
     assert "telemetry: nvml" in detail and "not ok (never a baseline)" in detail
     configs = warehouse.query("SELECT DISTINCT config FROM case_summary WHERE run_id = ?", [run_id])["config"]
     assert "pd" not in set(configs)  # throttled rows are stored but never summarised (never a baseline)
+    _each_config_names_its_bottleneck(warehouse, run_id)
+
+
+def _each_config_names_its_bottleneck(warehouse: Warehouse, run_id: str) -> None:
+    """The servers' own metrics, read during the run, and a verdict per phase with its evidence."""
+    verdicts = warehouse.query(
+        "SELECT config, concurrency, verdict, limiter, says, evidence FROM phase_bottlenecks WHERE run_id = ? "
+        "AND NOT warmup ORDER BY config, concurrency",
+        [run_id],
+    )
+    top = {r["config"]: r for r in verdicts.to_dict("records") if r["concurrency"] == 4}
+    assert (top["pd"]["verdict"], top["pdp"]["verdict"], top["single"]["verdict"]) == (
+        "decode-bound",
+        "prefill-bound",
+        "kv-bound",
+    ), verdicts.to_dict("records")
+    assert "decode: GPUs 2,3 at 9" in top["pd"]["says"] and "queued" in top["pd"]["says"]  # the evidence, with values
+    evidence = json.loads(top["pd"]["evidence"])
+    assert evidence["decode.share"] >= 0.7 and evidence["decode.gpu_util_pct"] > 80
+    servers = warehouse.query(
+        "SELECT config, role, scrapes, max_running, max_queued, max_kv_usage, generation_tokens FROM phase_servers "
+        "WHERE run_id = ? AND concurrency = 4",
+        [run_id],
+    )
+    assert set(zip(servers["config"], servers["role"], strict=True)) >= {("pd", "decode"), ("pd", "router")}
+    assert (servers["scrapes"] > 0).all(), servers.to_dict("records")
+    single = servers[servers["config"] == "single"].iloc[0]
+    assert single["max_kv_usage"] >= 0.8 and single["max_queued"] >= 1
+    timeline = warehouse.query("SELECT DISTINCT config, role FROM server_samples WHERE run_id = ?", [run_id])
+    assert len(timeline) >= 5
 
 
 def test_a_kernel_sweep_beside_a_cpu_hog_is_not_ok_and_never_a_baseline(bag):

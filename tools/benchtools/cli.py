@@ -328,8 +328,25 @@ def cmd_compare(args: argparse.Namespace) -> int:
         left, right = (row.bracket.a, row.bracket.b) if row.bracket else (None, None)
         figures = f"A {_figure(row.a, row.a_values, left)} B {_figure(row.b, row.b_values, right)}"
         print(f"{row.point:<18} {row.metric:<20} {figures} {row.verdict(b)}")
+    for line in _bottlenecks(warehouse, outcome.a, outcome.b):
+        print(line)
     print(f"side by side, with charts: {_compare_url([args.a, args.b])}")
     return 0
+
+
+def _bottlenecks(warehouse: Any, *sides: Any) -> list[str]:
+    """Each side's bottleneck verdict at its highest load, and whether both name the same limiter."""
+    from benchflow.analysis.bottleneck import headlines, same_limiter
+    from benchflow.warehouse import queries
+
+    found = []
+    for name, side in zip("AB", sides, strict=True):
+        rows = queries.bottlenecks(warehouse, side.side.campaign, side.run_id).to_dict("records")
+        rows = [r for r in rows if side.side.config in (None, r.get("config"))]
+        found.append((name, rows))
+    lines = [f"{name} {line}" for name, rows in found for line in headlines(rows)]
+    both = same_limiter(found[0][1], found[1][1])
+    return lines + ([f"both {both}"] if both else [])
 
 
 def _compare_url(sides: list[str]) -> str:

@@ -157,6 +157,9 @@ class ResultKind:
     plots: Callable[[pd.DataFrame, str], list[tuple[str, Any]]] | None = None  # (run rows, title) → figures
     # (rows, benchflow.telemetry.run.RunTelemetry) → the columns each row gains: energy, host load, validity
     telemetry: Callable[[list[dict[str, Any]], Any], list[dict[str, Any]]] | None = None
+    # (rows, RunTelemetry, phase GPU rows, phase server rows, threshold overrides) → one bottleneck verdict row per
+    # phase (benchflow.analysis.bottleneck over the kind's signals); None: the kind draws no verdict
+    bottlenecks: Callable[..., list[dict[str, Any]]] | None = None
     validity: str | None = None  # the column that says whether a row is ok (others never reach a baseline)
     measures: Measures | None = None  # rows that are one named measurement each (their own metrics and units)
     # (case key as stored, repeats) → the trigger conf that runs only that case, that many times in one run (a
@@ -272,6 +275,9 @@ def _telemetry_tables() -> tuple[SideTable, ...]:
     return (
         SideTable("telemetry_samples", telemetry_columns(columns.SAMPLES), "telemetry_samples.jsonl"),
         SideTable("telemetry_phase_gpus", telemetry_columns(columns.PHASE_GPUS), "telemetry_phase_gpus.jsonl"),
+        SideTable("server_samples", telemetry_columns(columns.SERVER_SAMPLES), "server_samples.jsonl"),
+        SideTable("phase_servers", telemetry_columns(columns.PHASE_SERVERS), "phase_servers.jsonl"),
+        SideTable("phase_bottlenecks", telemetry_columns(columns.PHASE_BOTTLENECKS), "phase_bottlenecks.jsonl"),
     )
 
 

@@ -57,3 +57,26 @@ def none_command(out_dir: str, reason: str) -> str:
     note = json.dumps({"source": "none", "reason": reason})
     folder = _path(out_dir, "out_dir")
     return f"mkdir -p {folder} && printf '%s\\n' {shlex.quote(note)} > {folder}/telemetry.json"
+
+
+def metrics_command(
+    python: str,
+    out_dir: str,
+    urls: list[str],
+    period_ms: int = 200,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    marker_file: str | None = None,
+    payload: str | None = None,
+) -> str:
+    """``python -m benchhost.metrics_sampler --out DIR --endpoint URL ... --period-ms N --max-bytes N``, every
+    word quoted; as :func:`sampler_command`, with ``payload`` first on its ``PYTHONPATH`` and ``exec``. Each URL
+    must be an http URL on one line."""
+    command = sampler_command(python, out_dir, period_ms, max_bytes, marker_file, payload)
+    if not urls:
+        raise ValueError("the metrics sampler needs at least one endpoint")
+    words = []
+    for url in urls:
+        if not url.startswith("http://") or any(c in url for c in "\n\0 "):
+            raise ValueError(f"an endpoint must be an http URL without spaces, got {url!r}")
+        words += ["--endpoint", shlex.quote(url)]
+    return command.replace("-m benchhost.sampler", "-m benchhost.metrics_sampler " + " ".join(words), 1)

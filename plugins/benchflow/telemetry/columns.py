@@ -55,6 +55,70 @@ PHASE_GPUS: dict[str, ColumnType] = {
     "throttled": "bool",
 }
 
+# server_samples: the servers' gauges over the run (benchhost.telemetry.servers.timeline_rows), one row per
+# server and scrape (after dag_id, run_id)
+SERVER_SAMPLES: dict[str, ColumnType] = {
+    "t": "float",  # epoch s
+    "config": "text",
+    "server": "text",
+    "role": "text",  # prefill | decode | single | router
+    "running": "float",  # requests
+    "queued": "float",  # requests
+    "kv_usage": "float",  # 0..1
+    "kv_tokens": "float",  # tokens
+    "prefix_hit_rate": "float",  # 0..1
+    "spec_accept_length": "float",  # tokens
+    "gen_throughput": "float",  # tokens/s, as the server reports it
+}
+
+# phase_servers: benchhost.telemetry.servers.phase_server_rows, one row per phase and server (after dag_id, run_id)
+PHASE_SERVERS: dict[str, ColumnType] = {
+    "kind": "text",
+    "config": "text",
+    "concurrency": "int",
+    "repeat": "int",
+    "warmup": "bool",
+    "phase_start": "float",
+    "phase_end": "float",
+    "server": "text",
+    "role": "text",
+    "scrapes": "int",  # endpoint reads inside the phase
+    **{
+        f"{how}_{c}": "float"
+        for c in SERVER_SAMPLES
+        if c not in ("t", "config", "server", "role")
+        for how in ("mean", "max")
+    },
+    "preemptions": "float",  # increase of the counters over the phase
+    "prefix_queries": "float",
+    "prefix_hits": "float",
+    "prompt_tokens": "float",
+    "generation_tokens": "float",
+    "requests": "float",
+    "spec_draft_tokens": "float",
+    "spec_accepted_tokens": "float",
+    **{f"mean_{c}": "float" for c in ("ttft_s", "itl_s", "e2e_s", "queue_s")},  # the server's own histograms
+    **{f"{c}_observed": "float" for c in ("ttft_s", "itl_s", "e2e_s", "queue_s")},
+    "note": "text",  # why there are no figures (the endpoint's error), else ""
+}
+
+# phase_bottlenecks: one verdict per phase (benchflow.analysis.bottleneck), with its evidence (after dag_id, run_id)
+PHASE_BOTTLENECKS: dict[str, ColumnType] = {
+    "kind": "text",
+    "config": "text",
+    "concurrency": "int",
+    "repeat": "int",
+    "warmup": "bool",
+    "dtype": "text",
+    "m": "int",
+    "phase_start": "float",
+    "phase_end": "float",
+    "verdict": "text",  # decode-bound | prefill-bound | kv-bound | client-bound | ... | not enough evidence
+    "limiter": "text",  # the role or part named; null without a verdict
+    "says": "text",  # the verdict's line with its figures
+    "evidence": "text",  # JSON: every signal with its value
+}
+
 # the columns every result row gains (kernel and serving)
 HOST_LOAD: dict[str, ColumnType] = {
     "host_steal_pct": "float",  # % of CPU time over the phase
@@ -109,4 +173,9 @@ UNITS: dict[str, str] = {
     "start_s": "s",
     "first_token_s": "s",
     "end_s": "s",
+    "kv_usage": "fraction",
+    "mean_kv_usage": "fraction",
+    "max_kv_usage": "fraction",
+    "gen_throughput": "tok/s",
+    **{f"mean_{c}": "s" for c in ("ttft_s", "itl_s", "e2e_s", "queue_s")},
 }

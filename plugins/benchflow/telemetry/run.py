@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from benchhost.telemetry import servers as server_metrics
 from benchhost.telemetry.files import Phase, Sample, read_info, read_phases, read_samples
 from benchhost.telemetry.summary import gpu_servers, phase_gpu_rows
 from benchhost.telemetry.validity import Limits
@@ -21,7 +22,19 @@ SAMPLES_FILE = "telemetry/samples.csv"  # in the run directory: the sampler's jo
 INFO_FILE = "telemetry/telemetry.json"
 PHASES_FILE = "phases.jsonl"  # beside the benchmark's --out
 REQUESTS_FILE = "requests.jsonl"
-FILES = (SAMPLES_FILE, INFO_FILE, PHASES_FILE)
+METRICS_SAMPLES_FILE = "metrics/samples.csv"  # the server-metrics sampler's job folder
+METRICS_INFO_FILE = "metrics/metrics.json"
+FILES = (SAMPLES_FILE, INFO_FILE, PHASES_FILE, METRICS_SAMPLES_FILE, METRICS_INFO_FILE)
+
+
+@dataclass(frozen=True)
+class ServerOf:
+    """A server (or router) of a config as the server metrics need it: its role and its endpoint's URL."""
+
+    config: str
+    server: str
+    role: str
+    url: str | None  # None: the spec reads no metrics from it
 
 
 @dataclass
@@ -36,6 +49,9 @@ class RunTelemetry:
     gpu_servers: dict[str, dict[int, str]] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
     run_args: Mapping[str, Any] = field(default_factory=dict)
+    metric_samples: list[server_metrics.MetricSample] = field(default_factory=list)
+    metrics_info: dict[str, Any] = field(default_factory=dict)
+    servers: list[ServerOf] = field(default_factory=list)
 
     @classmethod
     def read(
@@ -44,6 +60,7 @@ class RunTelemetry:
         configs: Mapping[str, Mapping[str, str | None]],
         limits: Limits,
         run_args: Mapping[str, Any],
+        servers: Sequence[ServerOf] = (),
     ) -> RunTelemetry:
         """From the run's fetched files (``text_of(name)``: the file's text, None when it was not fetched) and
         ``configs`` (config → server → its ``gpus``)."""
@@ -58,6 +75,9 @@ class RunTelemetry:
             gpu_servers={name: gpu_servers(servers) for name, servers in configs.items()},
             limits=limits,
             run_args=run_args,
+            metric_samples=server_metrics.read_samples(text_of(METRICS_SAMPLES_FILE) or ""),
+            metrics_info=read_info(text_of(METRICS_INFO_FILE) or "{}"),
+            servers=list(servers),
         )
 
     def note(self) -> str:
@@ -69,6 +89,45 @@ class RunTelemetry:
             return f"telemetry: none ({self.info.get('reason') or 'no GPU'})"
         cut = "; the samples file reached its size bound" if self.info.get("truncated") else ""
         return f"telemetry: {source}, {len(self.samples)} samples, {len(self.phases)} phases{cut}"
+
+    def endpoints(self) -> tuple[list[server_metrics.Endpoint], dict[int, str]]:
+        """The servers whose endpoints the sampler read (its URL's position in metrics.json), and per position
+        why it never answered (``HTTP 404``, ``connection refused``) when it never did."""
+        urls = [str(e.get("url")) for e in self.metrics_info.get("endpoints") or [] if isinstance(e, dict)]
+        found = [
+            server_metrics.Endpoint(s.config, s.server, s.role, urls.index(s.url))
+            for s in self.servers
+            if s.url in urls
+        ]
+        why = {
+            i: f"no metrics endpoint ({e.get('last_error') or 'no answer'} from {e.get('url')})"
+            for i, e in enumerate(self.metrics_info.get("endpoints") or [])
+            if isinstance(e, dict) and not e.get("ok")
+        }
+        return found, why
+
+    def metrics_note(self) -> str | None:
+        """One line on the server metrics: how many endpoints answered, and each that never did (once)."""
+        if not self.servers:
+            return None
+        if not self.metrics_info:
+            return "server metrics: not recorded (no sampler output)"
+        entries = [e for e in self.metrics_info.get("endpoints") or [] if isinstance(e, dict)]
+        silent = [f"{e.get('url')} ({e.get('last_error') or 'no answer'})" for e in entries if not e.get("ok")]
+        said = f"server metrics: {len(entries) - len(silent)} of {len(entries)} endpoints answered"
+        return said + (f"; no metrics from {', '.join(silent)}" if silent else "")
+
+    def phase_servers(self) -> list[dict[str, Any]]:
+        endpoints, why = self.endpoints()
+        silent = [server_metrics.Endpoint(s.config, s.server, s.role, -1) for s in self.servers if s.url is None]
+        rows = server_metrics.phase_server_rows(self.metric_samples, self.phases, [*endpoints, *silent], why)
+        for row in rows:
+            if not row["scrapes"] and any(s.server == row["server"] and s.url is None for s in self.servers):
+                row["note"] = "metrics: false in the spec"
+        return rows
+
+    def server_timeline(self) -> list[dict[str, Any]]:
+        return server_metrics.timeline_rows(self.metric_samples, self.endpoints()[0], self.phases)
 
     def phase_gpus(self) -> list[dict[str, Any]]:
         return phase_gpu_rows(self.samples, self.phases, self.gpu_servers, self.limits)

@@ -62,6 +62,7 @@ def sections(
     """Every chart section of a campaign's page for its latest valid run ``run``, then the page's scripts;
     ``href(dag_id, run_id)`` is a run's page in Airflow."""
     from benchflow import kinds
+    from benchflow.ui import server_pages
 
     out = []
     if kind.trends():
@@ -83,7 +84,10 @@ def sections(
             )
         )
     if any(side.table == "telemetry_samples" for side in kind.side_tables):
+        out.append(server_pages.verdict_section(warehouse, run))
         out.append(_section("GPU telemetry of the latest valid run (phases shaded)", telemetry_figures(warehouse, run)))
+        title = "Server metrics of the latest valid run: requests running and queued, KV-cache usage per role"
+        out.append(_section(title, server_pages.server_figures(warehouse, run)))
     body = "".join(out)
     return body + f"<style>{charts.STYLE}</style>" + charts.loader("../") if "figure class=" in body else body
 

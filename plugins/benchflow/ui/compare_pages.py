@@ -24,6 +24,7 @@ from benchflow.stats import Comparison, Summary, compare, summarize
 from benchflow.ui import charts
 from benchflow.ui.charts import Axis, Point, Series, number
 from benchflow.ui.markup import dag_id_of, run_href, table
+from benchflow.ui.server_pages import side_verdict
 from benchflow.warehouse import queries
 
 if TYPE_CHECKING:
@@ -310,7 +311,7 @@ def page(
     out = [
         '<p class="muted"><a href="./">All campaigns</a></p>',
         f"<h1>Comparison: {escape(' vs '.join(names))}</h1>",
-        _sides_table(cols, base),
+        _sides_table(cols, base, [side_verdict(warehouse, c.dag_id, c.run_id, c.side.config) for c in cols]),
         '<p class="muted">Ratios are each side over the baseline, of the geometric means of the ok repeats, with '
         "the 95 % interval of Welch's t on the logs; a difference is named only when that interval excludes 1. "
         "Rows not judged ok (noisy, throttled, contended) are counted and drawn hollow, never averaged in. "
@@ -334,7 +335,7 @@ def _baseline_link(texts: list[str], col: Column, chosen: bool) -> str:
     return f'<a href="{escape(href(texts, col.name))}">{escape(col.name)}</a>'
 
 
-def _sides_table(cols: list[Column], base: int) -> str:
+def _sides_table(cols: list[Column], base: int, verdicts: list[str]) -> str:
     import pandas as pd
 
     frame = pd.DataFrame(
@@ -346,6 +347,7 @@ def _sides_table(cols: list[Column], base: int) -> str:
                 "night": c.night,
                 "run type": c.run_type,
                 "GPUs (spec)": c.gpus if c.gpus else "not declared",
+                "bottleneck": verdicts[i] or "no verdict recorded",
             }
             for i, c in enumerate(cols)
         ]

@@ -442,6 +442,31 @@ def search_results(w: Warehouse, side: SideTable, dag_id: str, run_id: str) -> p
     )
 
 
+def bottlenecks(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
+    """A run's bottleneck verdicts (``phase_bottlenecks``), one per phase, in phase order (warm-ups left out)."""
+    p = w.p
+    return w.query(
+        "SELECT config, concurrency, repeat, dtype, m, phase_start, phase_end, verdict, limiter, says, evidence "
+        f"FROM phase_bottlenecks WHERE dag_id = {p} AND run_id = {p} AND (warmup IS NULL OR NOT warmup) "
+        "ORDER BY phase_start, config, concurrency, m, repeat",
+        [dag_id, run_id],
+    )
+
+
+def server_timeline(w: Warehouse, dag_id: str, run_id: str, buckets: int = 400) -> pd.DataFrame:
+    """A run's server gauges (``server_samples``) per config, role and server in at most ``buckets`` time buckets:
+    the bucket's first time (epoch s), mean requests running and queued, and the largest KV-cache usage."""
+    p = w.p
+    return w.query(
+        "SELECT s.config, s.role, s.server, MIN(s.t) AS t, AVG(s.running) AS running, AVG(s.queued) AS queued, "
+        "MAX(s.kv_usage) AS kv_usage FROM server_samples s CROSS JOIN ("
+        f"SELECT MIN(t) AS t0, MAX(t) AS t1 FROM server_samples WHERE dag_id = {p} AND run_id = {p}) b "
+        f"WHERE s.dag_id = {p} AND s.run_id = {p} GROUP BY s.config, s.role, s.server, "
+        f"FLOOR((s.t - b.t0) / ((b.t1 - b.t0 + 1e-9) / {int(buckets)})) ORDER BY t",
+        [dag_id, run_id, dag_id, run_id],
+    )
+
+
 def telemetry_phases(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
     """A run's phases per GPU (``telemetry_phase_gpus``): the phase's key, start and end (epoch s), the GPU, the
     server holding it, and whether it throttled, in time order."""

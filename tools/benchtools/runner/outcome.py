@@ -52,6 +52,7 @@ def _order(task_id: str, view: TaskView) -> tuple[bool, bool, datetime, str]:
 
 def _results(spec: CampaignSpec, run_id: str, watch: Watch) -> None:
     from benchflow import artifacts, kinds
+    from benchflow.analysis.bottleneck import headlines
     from benchflow.records import verdict_text
     from benchflow.warehouse import Warehouse, queries
 
@@ -87,6 +88,8 @@ def _results(spec: CampaignSpec, run_id: str, watch: Watch) -> None:
     if (searches := kinds.side_table(kind, kinds.LOAD_SEARCH)) is not None:
         for answer in queries.search_results(warehouse, searches, spec.dag_id, run_id).to_dict("records"):
             watch.say(search_answer(answer))
+    for line in headlines(queries.bottlenecks(warehouse, spec.dag_id, run_id).to_dict("records")):
+        watch.say(line)
     watch.say(f"results: {warehouse.location} (read it with bench sql, or the Benchmarks view of `make up`)")
     if (folder := artifacts.local_folder(spec.dag_id, run_id)) is not None:
         watch.say(f"artifacts: {folder}")

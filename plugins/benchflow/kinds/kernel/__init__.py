@@ -136,6 +136,32 @@ def telemetry(rows: list[dict[str, Any]], run: Any) -> list[dict[str, Any]]:
     return kernel_rows(keyed, run.phases, run.samples, run.limits)
 
 
+def bottlenecks(
+    rows: list[dict[str, Any]], run: Any, phase_gpus: Any, phase_servers: Any, overrides: Any = None
+) -> list[dict[str, Any]]:
+    """One verdict per row with a roofline (bench_moe.py prints it): memory- or compute-bound and how far from
+    the peak; rows without one get none."""
+    import json
+
+    from benchflow.analysis.bottleneck import judge, rules
+
+    given = rules().with_thresholds(overrides)
+    out = []
+    for row in rows:
+        if row.get("pct_roofline") is None:
+            continue
+        bound = str(row.get("bound") or "")
+        signals = {"pct_roofline": row["pct_roofline"], "bound": bound}
+        signals |= {"bound_compute": float(bound == "compute"), "bound_memory": float(bound == "memory")}
+        found = judge(signals, given, f"{row.get('ms_per_call')} ms/call vs a roofline of {row.get('roofline_ms')} ms")
+        out.append(
+            {"kind": KIND.name, "dtype": run.run_args.get("dtype"), "m": row.get("m"), "repeat": row.get("repeat")}
+            | {"verdict": found.verdict, "limiter": found.limiter, "says": found.says}
+            | {"evidence": json.dumps(found.evidence, sort_keys=True, default=str)}
+        )
+    return out
+
+
 KIND = ResultKind(
     name="kernel",
     description="kernel sweep: one row per token count M",
@@ -188,6 +214,7 @@ KIND = ResultKind(
     wide_view="kernel_sweep_wide",
     plots=plots,
     telemetry=telemetry,
+    bottlenecks=bottlenecks,
     validity="validity",
     side_tables=TELEMETRY_TABLES,
 )

@@ -19,7 +19,7 @@ from benchflow.kinds import (
     Trend,
     telemetry_columns,
 )
-from benchflow.kinds.serving import sglang_jsonl, text_output, vllm_json
+from benchflow.kinds.serving import bottleneck, sglang_jsonl, text_output, vllm_json
 from benchflow.kinds.serving.columns import COLUMNS, METRICS
 from benchflow.kinds.serving.common import INTS
 from benchflow.kinds.serving.search import SearchSpec
@@ -411,6 +411,7 @@ KIND = ResultKind(
     row_defaults=("input_len", "output_len", "num_prompts"),  # the run's arguments, where the output has none
     side_tables=(REQUESTS, SEARCH, *TELEMETRY_TABLES),
     telemetry=telemetry,
+    bottlenecks=bottleneck.bottlenecks,
     validity="validity",
     from_side_files=failed_from_requests,
     plots=plots,
