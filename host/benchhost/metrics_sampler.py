@@ -9,12 +9,12 @@ Every period it GETs each URL (timeout: the period, at most 2 s) and keeps the n
 
 Output: ``DIR/samples.csv``, header ``t,endpoint,column,value`` (t in epoch seconds, endpoint the URL's position
 in the ``--endpoint`` list, one line per column read, and ``up`` = 1 for each endpoint read); ``DIR/metrics.json``:
-the endpoints with, for each, how many reads succeeded and failed and the first and last error (``HTTP 404``,
-``connection refused``), rewritten every few seconds and at the end. An endpoint that does not answer is not an
-error: its servers may not be up yet (configs run one after the other), or may export no metrics (SGLang
-without ``--enable-metrics``); the run says so once, from metrics.json. Size: past ``--max-bytes`` nothing more
-is appended, ``"truncated": true`` is recorded and the sampler exits 0. SIGTERM or SIGINT stops it within one
-period.
+the endpoints with, for each, how many reads succeeded and failed, the first and last error (``HTTP 404``,
+``connection refused``) and the last error a running server answered (``http_error``), rewritten every few
+seconds and at the end. An endpoint that does not answer is not an error: its servers may not be up yet
+(configs run one after the other), or may export no metrics (SGLang without ``--enable-metrics``); the run says
+so once, from metrics.json. Size: past ``--max-bytes`` nothing more is appended, ``"truncated": true`` is
+recorded and the sampler exits 0. SIGTERM or SIGINT stops it within one period.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ class Endpoint:
         self.buffer = b""
         self.ok = self.failed = 0
         self.first_error = self.last_error = ""
+        self.answered = ""  # the last error answer of a server that was up (HTTP 404: no metrics endpoint)
 
     def _get(self, path: str, timeout: float) -> str:
         """GET over the kept-alive socket (a plain HTTP/1.1 exchange: http.client parses every header through
@@ -152,7 +153,7 @@ class Endpoint:
             self.ok += 1
             return values
         except urllib.error.HTTPError as exc:
-            error = f"HTTP {exc.code}"
+            error = self.answered = f"HTTP {exc.code}"
         except (OSError, ValueError, EOFError) as exc:
             error = str(getattr(exc, "reason", None) or exc or type(exc).__name__)[:200]
         self.failed += 1
@@ -168,7 +169,7 @@ class Endpoint:
 
     def info(self) -> dict[str, Any]:
         return {"url": self.url, "ok": self.ok, "failed": self.failed, "first_error": self.first_error,
-                "last_error": self.last_error, "filtered": self.use_filter}  # fmt: skip
+                "last_error": self.last_error, "http_error": self.answered, "filtered": self.use_filter}  # fmt: skip
 
 
 class Writer:

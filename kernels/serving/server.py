@@ -362,107 +362,25 @@ class Scheduler:
 
 # The families /metrics exposes, as SGLang 0.5.23 (sglang/srt/observability/metrics_collector.py) and vLLM
 # (vllm/v1/metrics/loggers.py, buckets.py) name them: key, name, type, help, base labels, per-request label, buckets.
-SGLANG_TTFT_BUCKETS: tuple[float, ...] = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
-SGLANG_E2E_BUCKETS: tuple[float, ...] = (*SGLANG_TTFT_BUCKETS, 600, 1200, 1800, 2400)
-SGLANG_ITL_BUCKETS: tuple[float, ...] = (
-    0.002,
-    0.004,
-    0.006,
-    0.008,
-    0.01,
-    0.015,
-    0.02,
-    0.025,
-    0.03,
-    0.035,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
+def _bounds(text: str) -> tuple[float, ...]:
+    """A histogram's bucket bounds, written as the servers' sources list them."""
+    return tuple(float(word) for word in text.split())
+
+
+SGLANG_TTFT_BUCKETS = _bounds("0.1 0.2 0.4 0.6 0.8 1 2 4 6 8 10 20 40 60 80 100 200 400")
+SGLANG_E2E_BUCKETS = _bounds("0.1 0.2 0.4 0.6 0.8 1 2 4 6 8 10 20 40 60 80 100 200 400 600 1200 1800 2400")
+SGLANG_ITL_BUCKETS = _bounds(
+    "0.002 0.004 0.006 0.008 0.01 0.015 0.02 0.025 0.03 0.035 0.04 0.06 0.08 0.1 0.2 0.4 0.6 0.8 1 2 4 6 8"
 )
-SGLANG_ITL_BUCKETS += (0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0)
-SGLANG_QUEUE_BUCKETS: tuple[float, ...] = (
-    0.0,
-    0.001,
-    0.005,
-    0.01,
-    0.05,
-    0.1,
-    0.2,
-    0.5,
-    1,
-    2,
-    3,
-    4,
-    5,
-    10,
-    15,
-    20,
-    30,
-    40,
-    50,
-    60,
+SGLANG_QUEUE_BUCKETS = _bounds(
+    "0 0.001 0.005 0.01 0.05 0.1 0.2 0.5 1 2 3 4 5 10 15 20 30 40 50 60 70 80 90 100 200 300 400 500 600 700 800 "
+    "900 1000 1200 1400 1600 1800 2000 2500 3000"
 )
-SGLANG_QUEUE_BUCKETS += (70, 80, 90, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800)
-SGLANG_QUEUE_BUCKETS += (2000, 2500, 3000)
-VLLM_TTFT_BUCKETS: tuple[float, ...] = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
+VLLM_TTFT_BUCKETS = _bounds(
+    "0.001 0.005 0.01 0.02 0.04 0.06 0.08 0.1 0.25 0.5 0.75 1 2.5 5 7.5 10 20 40 80 160 640 2560"
 )
-VLLM_TTFT_BUCKETS += (20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-VLLM_ITL_BUCKETS: tuple[float, ...] = (
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-)
-VLLM_ITL_BUCKETS += (40.0, 80.0)
-VLLM_LATENCY_BUCKETS: tuple[float, ...] = (
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-)
-VLLM_LATENCY_BUCKETS += (240.0, 480.0, 960.0, 1920.0, 7680.0)
+VLLM_ITL_BUCKETS = _bounds("0.01 0.025 0.05 0.075 0.1 0.15 0.2 0.3 0.4 0.5 0.75 1 2.5 5 7.5 10 20 40 80")
+VLLM_LATENCY_BUCKETS = _bounds("0.3 0.5 0.8 1 1.5 2 2.5 5 10 15 20 30 40 50 60 120 240 480 960 1920 7680")
 VLLM_FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 
 

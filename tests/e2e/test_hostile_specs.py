@@ -42,7 +42,7 @@ def alias_bomb() -> str:
 def biggest_serving_spec() -> str:
     """A serving spec at the size limits (64 configs of 32 servers): its DAG takes a few tenths of a second."""
     spec = yaml.safe_load((CAMPAIGNS / "serving_local.yaml").read_text())
-    server = spec["configs"][0]["servers"][0]
+    server = spec["configs"][0]["servers"][0] | {"command": "{python} server.py --port {port} --enable-metrics"}
     spec["configs"] = [
         {"name": f"c{i}", "servers": [{**server, "name": f"s{j}", "port": 9000 + j} for j in range(32)]}
         for i in range(64)

@@ -39,6 +39,38 @@ SWEEP = [2**i for i in range(12)]  # M = 1 … 2048
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
+def server_rows(start: float) -> dict[str, list[dict]]:
+    """The servers' gauges (pd: prefill and decode behind a router; tp4: one server), a scrape a second for 30 s,
+    and a verdict per phase (pd decode-bound, tp4 KV-bound), as side tables of a serving run."""
+    samples = [
+        {"t": start + second, "config": config, "server": server, "role": role}
+        | {"running": running, "queued": float(second % 5), "kv_usage": 0.4 + 0.01 * second}
+        for second in range(30)
+        for config, server, role, running in (
+            ("pd", "prefill", "prefill", 0.2),
+            ("pd", "decode", "decode", 7.5),
+            ("pd", "router", "router", 8.0),
+            ("tp4", "engine", "single", 12.0),
+        )
+    ]
+    says = {
+        "pd": "decode-bound: decode holds 97% of the requests in flight; decode: GPUs 1 at 90 %, 7.5 running",
+        "tp4": "KV-cache bound at single: usage 99%, 310 preemptions",
+    }
+    verdicts = [
+        {"kind": "serving", "config": config, "concurrency": c, "repeat": r, "warmup": False}
+        | {"phase_start": start, "phase_end": start + 10, "says": says[config], "evidence": "{}"}
+        | {
+            "verdict": "decode-bound" if config == "pd" else "kv-bound",
+            "limiter": "decode" if config == "pd" else "single",
+        }
+        for config in ("pd", "tp4")
+        for c in (1, 8, 16)
+        for r in (1, 2, 3)
+    ]
+    return {"server_samples": samples, "phase_bottlenecks": verdicts}
+
+
 def telemetry_rows(start: float) -> tuple[list[dict], list[dict]]:
     """Samples of 4 GPUs, one a second, over 9 phases of each config (pd: GPU 0 prefill, GPU 1 decode; tp4: GPUs
     2-3), and the per-phase figures; GPU 1 throttles in the pd phase at concurrency 16, repeat 3."""
@@ -168,6 +200,7 @@ def filled(tmp_path_factory):
         if night == 0:
             samples, phases = telemetry_rows(run.started_at.timestamp())
             side = {"serving_search": [search_record()], "telemetry_samples": samples, "telemetry_phase_gpus": phases}
+            side |= server_rows(run.started_at.timestamp())
         warehouse.load(run, SERVING, rows, None, side)
     for night in (1, 0):  # the nightly sweep, and a second run each day (manual, at 14:00)
         for hour in (0, 12):
@@ -256,7 +289,10 @@ def test_every_chart_reads_the_same_from_duckdb_and_postgres(backend):
     ]
     samples, phases = telemetry_rows(run.started_at.timestamp())
     side = {"serving_search": [search_record()], "telemetry_samples": samples, "telemetry_phase_gpus": phases}
+    side |= server_rows(run.started_at.timestamp())
     warehouse.load(run, SERVING, rows, None, side)
+    servers = queries.server_timeline(warehouse, run.dag_id, run.run_id, buckets=10)
+    assert len(servers) <= 4 * 11 and set(servers["role"]) == {"prefill", "decode", "router", "single"}
     generic = [
         {"seq": i, "metric": "latency", "value": 1.0 + i, "unit": "ms", "line": i + 1, "case_key": "4"}
         for i in range(3)
@@ -269,6 +305,7 @@ def test_every_chart_reads_the_same_from_duckdb_and_postgres(backend):
     compared = titled(figs, "output_throughput of each config at each concurrency")[0]
     assert all(t["error_y"]["visible"] for t in compared["data"])
     assert titled(figs, "load search") and len(titled(figs, "GPU telemetry")) == 2 and titled(figs, "j_per_token")
+    assert len(titled(figs, "Server metrics of config")) == 2
     latency = titled(figures(pages.campaign(warehouse, "generic_pg")), "latency (latest valid run)")[0]
     assert latency["data"][0]["y"] == [2.0] and latency["data"][0]["error_y"]["visible"]
 
@@ -357,6 +394,25 @@ def test_telemetry_timeline_per_config_shows_its_servers_gpus_with_phases_shaded
     assert sum(s["fillcolor"] == "#feb2b2" for s in rects) == 1  # the throttled phase, in red
     hot = [a for a in pd["layout"]["annotations"] if "throttled" in a.get("hovertext", "")]
     assert len(hot) == 1 and "hw_slowdown" in hot[0]["hovertext"] and "concurrency=16, repeat=3" in hot[0]["hovertext"]
+
+
+def test_each_phase_names_its_bottleneck_and_each_config_draws_its_servers_queues_and_kv(client):
+    http, _, _ = client
+    page = http.get(SERVING_PAGE).text
+    assert "What limits each phase" in page
+    assert "bottleneck pd at concurrency 16 (3 of 3 repeats): decode-bound: decode holds 97%" in page
+    assert "bottleneck tp4 at concurrency 16 (3 of 3 repeats): KV-cache bound at single: usage 99%" in page
+    servers = titled(figures(page), "Server metrics of config")
+    assert [f["layout"]["title"]["text"] for f in servers] == [
+        "Server metrics of config pd",
+        "Server metrics of config tp4",
+    ]
+    pd = servers[0]
+    assert {t["name"] for t in pd["data"]} == {"prefill", "decode", "router"}
+    titles = [pd["layout"][f"yaxis{i}"]["title"]["text"] for i in ("", "2", "3")]
+    assert titles == ["requests running", "requests queued", "KV-cache usage"]
+    decode = next(t for t in pd["data"] if t["name"] == "decode" and t["yaxis"] == "y")
+    assert set(decode["y"]) == {7.5}  # the running requests it reported, in time buckets
 
 
 def test_a_wide_sweep_is_drawn_on_log_axes_with_every_size_and_every_run_of_a_day(client):

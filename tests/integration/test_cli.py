@@ -189,7 +189,13 @@ def compare_warehouse(var: Path) -> dict[str, str]:
                     prompts = prompts_at_16 if concurrency == 16 else 32
                     rows.append({**row, "repeat": repeat, "num_prompts": prompts, "completed": prompts})
         run = night_run("cmp_two", night, run_type=run_type)
-        warehouse.load(run, kinds.get("serving"), rows)
+        verdicts = [  # tonight both configs are decode-bound at their highest load
+            {"kind": "serving", "config": config, "concurrency": c, "repeat": 1, "warmup": False}
+            | {"verdict": verdict, "limiter": verdict.split("-")[0], "says": f"{verdict}: {config} at {c}"}
+            for config in ("tp4", "pd")
+            for c, verdict in ((1, "under-loaded"), (16, "decode-bound"))
+        ]
+        warehouse.load(run, kinds.get("serving"), rows, None, {"phase_bottlenecks": verdicts if night == 0 else []})
         runs[name] = run.run_id
     for name, night in (("k1", 2), ("k2", 1)):
         run = night_run("cmp_k", night)
@@ -238,6 +244,12 @@ def test_compare_refuses_an_ambiguous_side_names_its_runs_and_says_what_it_compu
     assert latest.returncode == 0 and f"run {runs['tonight']}" in latest.stdout, latest.stderr
     page = "side by side, with charts: <api-server>/benchmarks/compare?side=cmp_two%3Atp4&side=cmp_two%3Apd"
     assert latest.stdout.splitlines()[-1] == page  # the comparison page of the same sides (no bench up here)
+    said = latest.stdout.splitlines()[-4:-1]  # each side's verdict at its highest load, and what they share
+    assert said == [
+        "A bottleneck tp4 at concurrency 16 (1 of 1 repeats): decode-bound: tp4 at 16",
+        "B bottleneck pd at concurrency 16 (1 of 1 repeats): decode-bound: pd at 16",
+        "both decode-bound",
+    ], latest.stdout
 
     single = compare(f"cmp_k@{runs['k1']}", f"cmp_k@{runs['k2']}")  # one value a side: both are shown
     assert single.returncode == 0, single.stderr

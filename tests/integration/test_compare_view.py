@@ -37,7 +37,12 @@ def fill(warehouse: Warehouse) -> dict[str, str]:
                     row |= {"output_throughput": value / 10, "validity": "contended", "validity_reason": "hog"}
                 rows.append(row)
         run = night_run(f"serving_{config}", 0)
-        warehouse.load(run, SERVING, rows)
+        verdicts = [  # the seeds' diagnosis: every layout decode-bound at its highest load
+            {"kind": "serving", "config": config, "concurrency": 16, "repeat": r, "warmup": False}
+            | {"verdict": "decode-bound", "limiter": "decode", "says": f"decode-bound: decode holds 9{r}%"}
+            for r in (1, 2, 3)
+        ]
+        warehouse.load(run, SERVING, rows, None, {"phase_bottlenecks": verdicts if config != "ep4" else []})
         runs[config] = run.run_id
     return runs
 
@@ -68,6 +73,8 @@ def test_three_campaigns_side_by_side_with_ratios_per_gpu_and_the_contended_repe
     assert "Joules per output token" in page or "j_per_token" in page
     # PD at 16: two ok repeats, so still a mean with an interval, and its ratio is computed from them alone
     assert "n=2" in page
+    assert page.count("bottleneck pd at concurrency 16 (3 of 3 repeats): decode-bound: decode holds 91%") == 1
+    assert "bottleneck tp4 at concurrency 16" in page and "no verdict recorded" in page  # EP4 has none
     baseline = http.get("/" + compare_pages.href(SIDES, baseline="serving_pd:pd"))
     assert baseline.status_code == 200 and "ratio to serving_pd:pd" in baseline.text
 

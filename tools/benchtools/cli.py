@@ -337,11 +337,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def _bottlenecks(warehouse: Any, *sides: Any) -> list[str]:
     """Each side's bottleneck verdict at its highest load, and whether both name the same limiter."""
     from benchflow.analysis.bottleneck import headlines, same_limiter
+    from benchflow.spec import DAG_PREFIX
     from benchflow.warehouse import queries
 
     found = []
     for name, side in zip("AB", sides, strict=True):
-        rows = queries.bottlenecks(warehouse, side.side.campaign, side.run_id).to_dict("records")
+        rows = queries.bottlenecks(warehouse, DAG_PREFIX + side.side.campaign, side.run_id).to_dict("records")
         rows = [r for r in rows if side.side.config in (None, r.get("config"))]
         found.append((name, rows))
     lines = [f"{name} {line}" for name, rows in found for line in headlines(rows)]

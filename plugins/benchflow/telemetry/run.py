@@ -100,7 +100,7 @@ class RunTelemetry:
             if s.url in urls
         ]
         why = {
-            i: f"no metrics endpoint ({e.get('last_error') or 'no answer'} from {e.get('url')})"
+            i: f"no metrics endpoint ({_error(e)} from {e.get('url')})"
             for i, e in enumerate(self.metrics_info.get("endpoints") or [])
             if isinstance(e, dict) and not e.get("ok")
         }
@@ -113,7 +113,7 @@ class RunTelemetry:
         if not self.metrics_info:
             return "server metrics: not recorded (no sampler output)"
         entries = [e for e in self.metrics_info.get("endpoints") or [] if isinstance(e, dict)]
-        silent = [f"{e.get('url')} ({e.get('last_error') or 'no answer'})" for e in entries if not e.get("ok")]
+        silent = [f"{e.get('url')} ({_error(e)})" for e in entries if not e.get("ok")]
         said = f"server metrics: {len(entries) - len(silent)} of {len(entries)} endpoints answered"
         return said + (f"; no metrics from {', '.join(silent)}" if silent else "")
 
@@ -134,6 +134,12 @@ class RunTelemetry:
 
     def sample_rows(self) -> list[dict[str, Any]]:
         return [asdict(s) for s in self.samples]
+
+
+def _error(endpoint: Mapping[str, Any]) -> str:
+    """Why an endpoint gave nothing: what its server answered when it was up (HTTP 404: it exports no metrics),
+    else the last error (connection refused: it never listened)."""
+    return str(endpoint.get("http_error") or endpoint.get("last_error") or "no answer")
 
 
 def merge(rows: Sequence[dict[str, Any]], extra: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
