@@ -35,6 +35,7 @@ from benchhost.telemetry.servers import SAMPLE_HEADER, UP, kept_names, read_expo
 
 MAX_BODY = 8 * 2**20  # the most read from one endpoint per period
 INFO_EVERY_S = 5.0
+ERROR_PAUSE_S = 5.0  # after an error answer (HTTP 404), the endpoint is asked again this much later
 
 
 class Endpoint:
@@ -58,6 +59,7 @@ class Endpoint:
         self.ok = self.failed = 0
         self.first_error = self.last_error = ""
         self.answered = ""  # the last error answer of a server that was up (HTTP 404: no metrics endpoint)
+        self.paused_until = 0.0
 
     def _get(self, path: str, timeout: float) -> str:
         """GET over the kept-alive socket (a plain HTTP/1.1 exchange: http.client parses every header through
@@ -144,7 +146,11 @@ class Endpoint:
         return self.buffer[:MAX_BODY]
 
     def read(self, timeout: float) -> dict[str, float] | None:
-        """The kept columns, or None (and the error kept) when the endpoint does not answer 200."""
+        """The kept columns, or None (and the error kept) when the endpoint does not answer 200. A server that
+        answered with an error (404: it exports no metrics) is asked again only after ``ERROR_PAUSE_S``, so a
+        server without an endpoint is not kept busy answering it; one not listening yet is tried every period."""
+        if time.monotonic() < self.paused_until:
+            return None
         try:
             values = read_exposition(self._get(self.filtered if self.use_filter else self.plain, timeout))
             if not values and self.use_filter:
@@ -154,6 +160,7 @@ class Endpoint:
             return values
         except urllib.error.HTTPError as exc:
             error = self.answered = f"HTTP {exc.code}"
+            self.paused_until = time.monotonic() + ERROR_PAUSE_S
         except (OSError, ValueError, EOFError) as exc:
             error = str(getattr(exc, "reason", None) or exc or type(exc).__name__)[:200]
         self.failed += 1

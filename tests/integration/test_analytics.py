@@ -187,12 +187,18 @@ def serving_row(config: str, concurrency: int, throughput: float) -> dict:
     }
 
 
-def test_the_three_analyst_questions_from_the_docs(warehouse):
-    assert len(QUERIES) == 3
+def test_the_four_analyst_questions_from_the_docs(warehouse):
+    assert len(QUERIES) == 4
     for campaign, throughput in (("serving_tp4", 900.0), ("serving_pd", 1200.0), ("serving_ep4", 1000.0)):
         for night in (1, 0):
             rows = [serving_row(campaign.split("_")[1], c, throughput * (1 + night) / (16 / c)) for c in (1, 8, 16)]
-            warehouse.load(night_run(campaign, night), SERVING, rows)
+            verdicts = [
+                {"kind": "serving", "config": "pd", "concurrency": c, "repeat": 1, "warmup": False}
+                | {"verdict": "decode-bound", "says": f"decode-bound: night {night}"}
+                for c in (1, 8, 16)
+            ]
+            side = {"phase_bottlenecks": verdicts} if campaign == "serving_pd" else None
+            warehouse.load(night_run(campaign, night), SERVING, rows, None, side)
     warehouse.load(
         night_run("serving_pd", 0, status="invalid", run_type="manual"), SERVING, [serving_row("pd", 16, 99999.0)]
     )
@@ -214,6 +220,9 @@ def test_the_three_analyst_questions_from_the_docs(warehouse):
     regressed = warehouse.query(QUERIES[2])
     assert set(regressed["campaign"]) == {"moe_kernel_nightly"}
     assert {"tok_per_s", "us_per_token"} <= set(regressed["metric"])
+
+    limits = warehouse.query(QUERIES[3])  # the latest valid run's verdicts, its highest load first
+    assert limits["concurrency"].tolist() == [16, 8, 1] and set(limits["says"]) == {"decode-bound: night 0"}
 
 
 def test_report_draws_sweep_and_trend_with_regressions(warehouse, tmp_path):
