@@ -69,6 +69,11 @@ def on_free_ports(*specs: str) -> list[str]:
     ports: dict[str, str] = {}
 
     def fresh(match: re.Match[str]) -> str:
-        return ports.setdefault(match[0], str(free_port()))
+        if match[0] not in ports:
+            port = str(free_port())
+            while port in ports.values():  # a port free now is not reserved: the next call may return it again
+                port = str(free_port())
+            ports[match[0]] = port
+        return ports[match[0]]
 
     return [SERVER_PORT.sub(fresh, spec) for spec in specs]
