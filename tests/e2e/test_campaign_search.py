@@ -131,8 +131,8 @@ def test_the_search_finds_the_servers_capacity_within_its_precision_and_budget(b
     requests = [json.loads(line) for line in (rundir / "requests.jsonl").read_text().splitlines()]
     assert len(requests) == 60 * record["probes"] and all(r["ok"] for r in requests)
 
-    def p90_tpot(load: int) -> loadsearch.Bounds:
-        values = [loadsearch.request_value(r, "tpot") for r in requests if (r["concurrency"], r["repeat"]) == (load, 1)]
+    def p90_tpot(load: int) -> loadsearch.Bounds:  # every repeat at the load, pooled as the search pools them
+        values = [loadsearch.request_value(r, "tpot") for r in requests if r["concurrency"] == load]
         return loadsearch.quantile_bounds([v for v in values if v is not None], 0.9)
 
     assert p90_tpot(CAPACITY).upper <= SLO["p90_tpot_ms"] < p90_tpot(CAPACITY + 1).lower  # the client's own data
