@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from benchflow.analysis.bisect_search import Bisection, Budget
+from benchflow.params import ConfError, check_fields
 
 if TYPE_CHECKING:
     from benchflow.spec import CampaignSpec
@@ -35,13 +36,6 @@ MAX_ROUNDS = 10  # narrow rounds the DAG has (confirm is one more); a bisection'
 POKE_S = 5.0  # how often a probe's wait looks at the campaign run
 STATE_KEY = "state"
 _CASE_RE = re.compile(r"^[A-Za-z0-9_.,=:/+-]{1,200}$")
-
-
-class ConfError(ValueError):
-    """A bisection conf that cannot be used; the message starts with the field."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"conf.{field}: {message}")
 
 
 # -- the conf ------------------------------------------------------------------------------------------
@@ -157,21 +151,7 @@ PARAMS: dict[str, tuple[Any, dict[str, Any]]] = {
 
 def checked_conf(conf: dict[str, Any]) -> dict[str, Any]:
     """The conf with its defaults, each field against its schema; :class:`ConfError` names the first bad one."""
-    from benchflow.params import check_value
-
-    unknown = sorted(set(conf) - set(PARAMS))
-    if unknown:
-        raise ConfError(unknown[0], f"not a field of a bisection (fields: {', '.join(PARAMS)})")
-    out = {}
-    for name, (default, schema) in PARAMS.items():
-        value = conf.get(name, default)
-        if value in ("", None) and default == "":
-            raise ConfError(name, "required")
-        try:
-            check_value(value, {k: v for k, v in schema.items() if k not in ("title", "description")})
-        except ValueError as exc:
-            raise ConfError(name, str(exc)) from None
-        out[name] = value
+    out = check_fields(conf, PARAMS, "a bisection")
     if out["max_samples"] < out["repeats"]:
         raise ConfError("max_samples", f"{out['max_samples']} is fewer than repeats ({out['repeats']})")
     return out

@@ -236,7 +236,10 @@ def _run_options(spec: CampaignSpec) -> dict[str, tuple[Any, dict[str, Any]]]:
     from benchflow.params import run_option_schemas
 
     git = spec.git_payload
-    return run_option_schemas(git.ref if git else None, spec.host_ids, spec.host)
+    searches = getattr(spec.benchmark, "search", None) is not None
+    return run_option_schemas(
+        git.ref if git else None, spec.host_ids, spec.host, [c.name for c in spec.configs], searches
+    )
 
 
 def _before_benchmark(
@@ -250,7 +253,7 @@ def _before_benchmark(
         benchmark_args=dict(spec.benchmark.args),
         with_servers=bool(spec.configs),
         form=dict(spec.result_kind.form),
-        run_options=list(_run_options(spec)),
+        run_options=_run_options(spec),
         paired=spec.result_kind.paired,
         execution_timeout=_seconds(timeouts.preflight),
         **on_host,
@@ -350,20 +353,26 @@ def _benchmark_stages(
         return ["bench"], last
     jobs: list[str] = []
     previous: Any = deploy
-    for config in spec.configs:
+    for i, config in enumerate(spec.configs):
         jobs.append(f"bench_{config.name}")
         with TaskGroup(group_id=f"config_{config.name}"):
-            up, down = _config_stage(spec, config, run_args, on_host)
+            up, down = _config_stage(spec, config, run_args, on_host, after_teardown=i > 0)
         previous >> up
         previous = down
     return jobs, previous
 
 
-def _config_stage(spec: CampaignSpec, config: ServingConfig, run_args: Any, on_host: dict[str, Any]) -> tuple[Any, Any]:
+def _config_stage(
+    spec: CampaignSpec, config: ServingConfig, run_args: Any, on_host: dict[str, Any], after_teardown: bool
+) -> tuple[Any, Any]:
     timeouts = spec.timeouts
     stage_args = spec.result_kind.config_args(spec.benchmark, config)
-    servers_up = LaunchServersOperator(
-        task_id="launch_servers", config=config, execution_timeout=_seconds(timeouts.server_launch), **on_host
+    servers_up = LaunchServersOperator(  # after the previous config's teardown: runs when this run skipped that one
+        task_id="launch_servers",
+        config=config,
+        trigger_rule=TriggerRule.NONE_FAILED if after_teardown else TriggerRule.ALL_SUCCESS,
+        execution_timeout=_seconds(timeouts.server_launch),
+        **on_host,
     )
     ready = ServersReadySensor(
         task_id="servers_ready",

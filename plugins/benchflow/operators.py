@@ -9,6 +9,7 @@ plain clean-up functions with the run's ids only, which ``bench run`` also calls
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import timedelta
 from functools import cached_property
@@ -21,6 +22,7 @@ from benchflow import cleanup, params
 from benchflow.hosts import Host, HostError, get_host
 from benchflow.manifest import MANIFEST_NAME
 from benchflow.paths import HOST_CORE, HOST_CORE_DIR, kernels_dir
+from benchflow.records import SERVER_ERROR_KEY
 from benchflow.remote import gpus, jobs, layout, lease, preflight
 
 if TYPE_CHECKING:
@@ -102,6 +104,20 @@ class TeardownOperator(HostOperator):
         raise NotImplementedError
 
 
+def run_configs(context: Context) -> list[str]:
+    """The configs this run measures (its ``configs`` param); empty: all of the spec's."""
+    return list((context.get("params") or {}).get(params.CONFIGS) or [])
+
+
+def searching(stage_args: dict[str, Any], context: Context) -> dict[str, Any]:
+    """A config's stage arguments with this run's load-search settings (its ``search`` param) over the spec's."""
+    override = dict((context.get("params") or {}).get(params.SEARCH) or {})
+    if not override or "search" not in stage_args:
+        return stage_args
+    search = {**json.loads(stage_args["search"]), **override}
+    return {**stage_args, "search": json.dumps(search, separators=(",", ":"))}
+
+
 class PreflightOperator(HostOperator):
     """Check the run's params, then read host facts (GPUs, driver, disk, python/torch versions); fail when
     the payload cannot run there. A bad param fails here, before any command reaches the host."""
@@ -112,7 +128,7 @@ class PreflightOperator(HostOperator):
         benchmark_args: dict[str, Any] | None = None,
         with_servers: bool = False,
         form: dict[str, Any] | None = None,
-        run_options: list[str] | None = None,
+        run_options: dict[str, tuple[Any, dict[str, Any]]] | None = None,
         paired: tuple[tuple[str, ...], ...] = (),
         **kwargs: Any,
     ):
@@ -120,7 +136,7 @@ class PreflightOperator(HostOperator):
         self.benchmark_args = benchmark_args or {}
         self.with_servers = with_servers
         self.form = form or {}
-        self.run_options = run_options or []  # params of the run that are not benchmark arguments (payload_ref)
+        self.run_options = run_options or {}  # params of the run that are not benchmark arguments, with their schemas
         self.paired = paired
 
     def execute(self, context: Context) -> dict[str, str]:
@@ -301,7 +317,7 @@ class LaunchBenchmarkOperator(HostOperator):
             self.log.info("job of this run already exists (pid %s, exit %s): attaching", status.pid, status.exit_code)
             return {"pid": status.pid, "attached": True}
         rundir = self.rundir(context)
-        args = layout.render_args({**dict(self.run_args), **self.stage_args})
+        args = layout.render_args({**dict(self.run_args), **searching(self.stage_args, context)})
         command = jobs.benchmark_command(
             self.host.python, self.script, args, f"{rundir}/{self.output_file}", self.marker
         )
@@ -334,6 +350,8 @@ class LaunchServersOperator(ServersOperator):
     """
 
     def execute(self, context: Context) -> dict[str, int]:
+        if (chosen := run_configs(context)) and self.config.name not in chosen:
+            raise AirflowSkipException(f"config {self.config.name} is not one of this run's configs {chosen}")
         rundir = self.rundir(context)
         try:
             extra = params.server_args(context.get("params"))
@@ -369,10 +387,11 @@ class ServersReadySensor(ServersOperator, BaseSensorOperator):
             paths = self.job(context, name)
             status = self.status(paths)
             if not status.alive:
-                raise AirflowFailException(
-                    f"server {name} is not running (exit {status.exit_code}); "
-                    f"last {LOG_TAIL_LINES} log lines:\n{self.log_tail(paths)}"
-                )
+                tail = self.log_tail(paths)
+                said = f"server {name} is not running (exit {status.exit_code})"
+                last = [line.strip() for line in tail.splitlines() if line.strip()][-3:]
+                context["ti"].xcom_push(key=SERVER_ERROR_KEY, value=f"{said}: {' | '.join(last)}"[:800])
+                raise AirflowFailException(f"{said}; last {LOG_TAIL_LINES} log lines:\n{tail}")
             url = f"http://127.0.0.1:{server.port}{server.health_path}"
             healthy = self.host.run(jobs.http_ok_command(self.host.python, url), 30).rc == 0
             self.log.info("%s %s: %s", name, url, "healthy" if healthy else f"not yet ({status.last_line})")
@@ -420,15 +439,17 @@ class FetchArtifactsOperator(HostOperator):
 
         rundir = self.rundir(context)
         store = artifacts.store(context["dag"].dag_id, context["run_id"])
-        wanted = {f"{job}.log": self.job(context, job).log_file for job in self.jobs}
-        wanted |= {f"{job}.exit_code": self.job(context, job).exit_code_file for job in self.jobs}
+        chosen = run_configs(context)  # a run of some configs has the jobs of those only
+        jobs = [j for j in self.jobs if not chosen or j.removeprefix(f"{BENCH_JOB}_") in chosen]
+        wanted = {f"{job}.log": self.job(context, job).log_file for job in jobs}
+        wanted |= {f"{job}.exit_code": self.job(context, job).exit_code_file for job in jobs}
         wanted |= {name: f"{rundir}/{name}" for name in self.files}
         wanted[MANIFEST_NAME] = f"{rundir}/payload/{MANIFEST_NAME}"
         fetched: list[str] = []
         missing: list[str] = []
         for name, source in wanted.items():
             (fetched if artifacts.store_file(self.host, source, store / name) else missing).append(name)
-        logs = [f"{job}.log" for job in self.jobs]
+        logs = [f"{job}.log" for job in jobs]
         if not set(logs) & set(fetched):
             raise AirflowSkipException(f"no benchmark log on the host (nothing ran); missing: {missing}")
         self.log.info("fetched %s to %s; missing: %s", fetched, store, missing or "none")

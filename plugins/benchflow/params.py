@@ -14,6 +14,7 @@ from typing import Any
 # The trigger form's sections, in the order the form shows them (Airflow groups fields by ``section``).
 SWEEP, SERVER, RUN = "Sweep", "Server", "Run options"
 SECTIONS = (SWEEP, SERVER, RUN)
+FORM_KEYS = ("title", "description", "section")  # what a field has beside its JSON schema
 Form = Mapping[str, dict[str, Any]]  # a kind's fields: argument name → JSON schema with title, description, section
 # Units of the arguments a payload commonly takes, for the generated fields: name → (title, unit, section).
 GUESSED: dict[str, tuple[str, str, str]] = {
@@ -236,14 +237,48 @@ MAX_ARGS_CHARS = 65536  # a shell word may hold 128 KiB (MAX_ARG_STRLEN); the la
 
 PAYLOAD_REF = "payload_ref"  # a git payload's ref for this run (a bisection probe's commit)
 HOST = "host"  # which of a campaign's hosts this run goes to
+CONFIGS = "configs"  # which of a campaign's configs this run measures (a config search's probe)
+SEARCH = "search"  # a load search's probe settings for this run, over the spec's (a config search's round)
+SEARCH_SETTINGS: dict[str, dict[str, Any]] = {
+    "prompts_per_probe": {"type": "integer", "minimum": 1, "maximum": 100000},
+    "precision": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+    "repeats": {"type": "integer", "minimum": 1, "maximum": 10},
+}
 
 
 def run_option_schemas(
-    git_ref: str | None, hosts: list[str], default_host: str
+    git_ref: str | None, hosts: list[str], default_host: str, configs: list[str] | None = None, search: bool = False
 ) -> dict[str, tuple[Any, dict[str, Any]]]:
     """The trigger-form fields of a run that are not benchmark arguments: the git payload's ref (when the
-    payload comes from git) and the host (when the campaign has several)."""
+    payload comes from git), the host (when the campaign has several), the configs to measure (when it has
+    several) and the load search's probe settings (when it searches)."""
     options: dict[str, tuple[Any, dict[str, Any]]] = {}
+    if configs and len(configs) > 1:
+        options[CONFIGS] = (
+            [],
+            {
+                "type": "array",
+                "items": {"type": "string", "enum": list(configs)},
+                "uniqueItems": True,
+                "maxItems": len(configs),
+                "title": "Configs",
+                "description": "Which configs this run measures, in the spec's order; empty: all. Unit: names.",
+                "section": RUN,
+            },
+        )
+    if search:
+        options[SEARCH] = (
+            {},
+            {
+                "type": "object",
+                "properties": SEARCH_SETTINGS,
+                "additionalProperties": False,
+                "title": "Load search settings",
+                "description": "Over the spec's search: prompts_per_probe, precision, repeats; empty: the spec's. "
+                "Unit: as the spec's fields.",
+                "section": RUN,
+            },
+        )
     if git_ref is not None:
         options[PAYLOAD_REF] = (
             git_ref,
@@ -269,12 +304,38 @@ def run_option_schemas(
     return options
 
 
+class ConfError(ValueError):
+    """A DAG's conf that cannot be used (a bisection's, a config search's); the message starts with the field."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"conf.{field}: {message}")
+
+
+def check_fields(conf: dict[str, Any], fields: dict[str, tuple[Any, dict[str, Any]]], what: str) -> dict[str, Any]:
+    """The conf with its defaults, each field against its schema; :class:`ConfError` names the first bad one (a
+    field whose default is "" is required)."""
+    unknown = sorted(set(conf) - set(fields))
+    if unknown:
+        raise ConfError(unknown[0], f"not a field of {what} (fields: {', '.join(fields)})")
+    out = {}
+    for name, (default, schema) in fields.items():
+        value = conf.get(name, default)
+        if value in ("", None) and default == "":
+            raise ConfError(name, "required")
+        try:
+            check_value(value, {k: v for k, v in schema.items() if k not in FORM_KEYS})
+        except ValueError as exc:
+            raise ConfError(name, str(exc)) from None
+        out[name] = value
+    return out
+
+
 def check_conf(
     args: dict[str, Any],
     with_servers: bool,
     params: dict[str, Any] | Any,
     form: Form | None = None,
-    run_options: list[str] | tuple[str, ...] = (),
+    run_options: list[str] | tuple[str, ...] | Mapping[str, tuple[Any, dict[str, Any]]] = (),
     paired: Pairs = (),
 ) -> dict[str, Any]:
     """The run's benchmark arguments (the spec's with the params on top), once every param fits its schema, the
@@ -292,6 +353,13 @@ def check_conf(
             f"unknown param(s) {', '.join(map(repr, unknown))}; this campaign takes "
             f"{', '.join(sorted(known)) or 'none'}"
         )
+    if isinstance(run_options, Mapping):  # with their schemas: each value given is checked against its own
+        for name, (_, schema) in run_options.items():
+            if name in dict(params or {}):
+                try:
+                    check_value(dict(params)[name], {k: v for k, v in schema.items() if k not in FORM_KEYS})
+                except ValueError as exc:
+                    raise ValueError(f"param {name!r}: {exc}") from None
     resolved = overlay(args, params, form)
     check_pairs(args, resolved, paired)
     rendered = render_args(resolved)

@@ -106,6 +106,7 @@ def parse(
     options: dict[str, Any],
     defaults: dict[str, Any],
     context: RunContext | None = None,
+    problems: list[str] | None = None,
 ) -> Parsed:
     """Parse the fetched logs into the run's rows file; a missing or cut-off log keeps the rows it has.
 
@@ -113,11 +114,9 @@ def parse(
     ``context``, each row gains its phase's telemetry (energy, host load, validity) and the run's samples and
     per-phase, per-GPU figures are written for their tables (:func:`add_telemetry`).
     """
-    folder = artifacts.at(fetched.store)
-    rows: list[dict[str, Any]] = []
-    notes: list[str] = []
-    meta: dict[str, str] = {}
-    complete = True
+    folder, rows, meta = artifacts.at(fetched.store), [], dict[str, str]()
+    notes: list[str] = list(problems or [])  # what the run's tasks said went wrong: a server that died
+    complete = not problems
     for name in fetched.logs:
         if name not in fetched.files:
             complete = False
@@ -286,9 +285,24 @@ def parse_task(spec: CampaignSpec, fetched: dict[str, Any], run_args: dict[str, 
     defaults = {k: run_args[k] for k in kind.row_defaults if k in run_args}
     run = RunContext.of(spec, run_args)
     options = kind.parser_options(bench)
-    parsed = parse(Fetched.from_xcom(fetched), kind, bench.format, bench.marker, options, defaults, run)
+    parsed = parse(
+        Fetched.from_xcom(fetched), kind, bench.format, bench.marker, options, defaults, run, dead(spec, context)
+    )
     print(f"parsed {parsed.rows} rows; status {parsed.status}; {parsed.detail or 'complete'}")
     return parsed.to_xcom()
+
+
+def dead(spec: CampaignSpec, context: dict[str, Any]) -> list[str]:
+    """What the servers_ready step of each config said of a server that died (none when all came up)."""
+    from benchflow.records import SERVER_ERROR_KEY
+
+    ti = context.get("ti")
+    if ti is None:
+        return []
+    said = [
+        (c.name, ti.xcom_pull(task_ids=f"config_{c.name}.servers_ready", key=SERVER_ERROR_KEY)) for c in spec.configs
+    ]
+    return [f"config {name} did not run: {text}" for name, text in said if text]
 
 
 def validate_task(

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+SERVER_ERROR_KEY = "server_error"  # servers_ready's XCom when a server died: the parse step names it in the detail
+
 RUN_STATUSES = ("ok", "incomplete", "failed", "invalid")
 
 

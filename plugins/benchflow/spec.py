@@ -22,6 +22,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StringConstraints,
     ValidationError,
     ValidationInfo,
@@ -31,6 +32,7 @@ from pydantic import (
 )
 
 from benchflow.paths import campaigns_dir, kernels_dir
+from benchflow.space import ConfigSpace, show
 
 if TYPE_CHECKING:
     from benchflow.kinds import ResultKind
@@ -211,6 +213,28 @@ class ServingConfig(_Model):
         return out
 
 
+class ServingSpace(ConfigSpace):
+    """A config space whose configs are checked as any config of a spec (:class:`ServingConfig`)."""
+
+    _configs: list[ServingConfig] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="after")
+    def _as_configs(self) -> ServingSpace:
+        expansion = self.expand()
+        for data in expansion.configs:
+            try:
+                self._configs.append(ServingConfig.model_validate(data))
+            except ValidationError as exc:
+                error = exc.errors()[0]
+                where = ".".join(map(str, error["loc"]))
+                values = show(expansion.values[data["name"]])
+                raise ValueError(f"servers: config {data['name']} ({values}): {where}: {error['msg']}") from None
+        return self
+
+    def configs(self) -> list[ServingConfig]:
+        return list(self._configs)
+
+
 def _flag_says(words: list[str], role: str) -> bool:
     """Whether a command line names ``role`` as a server's mode (``--disaggregation-mode R``, ``--role R``)."""
     return any(w in ("--disaggregation-mode", "--role") and n == role for w, n in itertools.pairwise(words))
@@ -373,7 +397,11 @@ class Regressions(RegressionLimits):
 
 
 # campaign names whose DAG id another DAG of this project already has
-RESERVED_NAMES = {"report": "the report DAG (dags/reports.py)", "bisect": "the bisect DAG (dags/bisect.py)"}
+RESERVED_NAMES = {
+    "report": "the report DAG (dags/reports.py)",
+    "bisect": "the bisect DAG (dags/bisect.py)",
+    "config_search": "the config search DAG (dags/config_search.py)",
+}
 
 
 class CampaignSpec(_Model):
@@ -394,6 +422,9 @@ class CampaignSpec(_Model):
     services: list[Service] = Field(default_factory=list, max_length=LIMITS.services)
     configs: list[ServingConfig] = Field(
         default_factory=list, max_length=LIMITS.configs, description="configs of servers, run one after another"
+    )
+    space: ServingSpace | None = Field(
+        default=None, description="a config space (benchflow/space.py) that makes the configs: for a config search"
     )
     benchmark: Benchmark
     timeouts: Timeouts = Field(default_factory=Timeouts)
@@ -437,6 +468,10 @@ class CampaignSpec(_Model):
 
     @model_validator(mode="after")
     def _kind_fits(self) -> CampaignSpec:
+        if self.space is not None:
+            if self.configs:
+                raise ValueError("give configs or a space that makes them, not both")
+            object.__setattr__(self, "configs", self.space.configs())  # frozen: set once, while validating
         kind = self.result_kind
         if self.benchmark.format is not None and self.benchmark.format not in kind.format_names:
             raise ValueError(

@@ -19,8 +19,9 @@ import pytest
 
 from benchtools.loopback_sshd import LoopbackSSHD
 from benchtools.metadata_db import migrated_template
+from benchtools.net import free_port
 from benchtools.stack import AirflowStack, campaign_folder
-from tests.conftest import FIXTURES, VAR
+from tests.conftest import FIXTURES, PROJECT_ROOT, VAR
 from tests.payload_repo import PayloadRepo, make_payload_repo
 
 REPEATS = 5
@@ -47,6 +48,37 @@ CAMPAIGNS = {
     "stack_ui": ("campaign triggered from the UI", "gpu_b", 0.5),
 }
 BISECTED = ("toy_bisect", "toy_noise")
+# A config space of two configs of the tiny server (capacity 2 and 4 sequences per 40 ms step) on both hosts: the
+# config search DAG's one round runs one probe on each host, side by side.
+SPACE = """\
+description: a config space of two tiny servers on two hosts
+kind: serving
+host: gpu_a
+hosts: [gpu_a, gpu_b]
+payload: serving
+requires: [moe]
+schedule: null
+space:
+  dimensions: {max_batch: [2, 4]}
+  derived: {server_port: "PORT + max_batch"}  # both hosts are this machine: a port per config
+  name: "b{max_batch}"
+  servers:
+    - name: engine
+      command: "{python} server.py --layers 1 --hidden 32 --max-batch {max_batch} --step-ms 40 --port {port}"
+      port: "{server_port}"
+      gpus: "0"
+benchmark:
+  script: sweep.py
+  search:
+    over: concurrency
+    range: [1, 8]
+    slo: {p90_tpot_ms: 70, max_failed_fraction: 0.1}
+    precision: 0.4
+    prompts_per_probe: 30
+    repeats: 1
+  args: {client: local, input_len: 16, output_len: 4}
+timeouts: {server_ready: 120, benchmark: 300, poke_interval: 1, host_poke_interval: 2}
+"""
 
 
 def toy_spec(repo: Path, hosts: list[str]) -> str:
@@ -86,11 +118,16 @@ def stack(repos: dict[str, PayloadRepo]) -> Iterator[AirflowStack]:
     hosts = {name: LoopbackSSHD(root / f"sshd-{name}").start() for name in ("gpu_a", "gpu_b")}
     specs = {name: SPEC.format(what=what, host=host, delay=delay) for name, (what, host, delay) in CAMPAIGNS.items()}
     specs |= {name: toy_spec(repos[name].path, ["gpu_a", "gpu_b"]) for name in BISECTED}
-    campaigns, kernels = campaign_folder(root, specs, {"fault": FIXTURES / "payloads" / "fault"})
+    specs["space_stack"] = SPACE.replace("PORT", str(free_port()))
+    payloads = {"fault": FIXTURES / "payloads" / "fault"} | {
+        n: PROJECT_ROOT / "kernels" / n for n in ("serving", "moe")
+    }
+    campaigns, kernels = campaign_folder(root, specs, payloads)
     airflow = AirflowStack(root, campaigns, kernels, {name: h.connection() for name, h in hosts.items()})
     try:
         airflow.start(template=migrated_template())
-        airflow.wait_for_dags(["bench_bisect", *(f"bench_{name}" for name in [*CAMPAIGNS, *BISECTED])])
+        dags = ["bench_bisect", "bench_config_search", "bench_space_stack"]
+        airflow.wait_for_dags([*dags, *(f"bench_{name}" for name in [*CAMPAIGNS, *BISECTED])])
         yield airflow
     finally:
         airflow.stop()

@@ -48,11 +48,33 @@ def cmd_validate(args: argparse.Namespace) -> int:
             continue
         good += 1
         print(f"{spec.name}: ok ({spec.dag_id}, kind {spec.kind}, host {spec.host}, payload {spec.payload_name})")
+        for line in space_lines(spec):
+            print(line)
     for error in errors:
         print("\n".join(error.lines()), file=sys.stderr)
     if errors:
         print(f"{len(errors)} of {good + len(errors)} specs invalid", file=sys.stderr)
     return 1 if errors else 0
+
+
+def space_lines(spec: Any) -> list[str]:
+    """What a spec's config space expands to: each kept config with its values and GPUs, each excluded
+    combination with the constraint that left it out (none for a spec without a space)."""
+    from benchflow.space import gpu_count
+
+    if spec.space is None:
+        return []
+    expansion = spec.space.expand()
+    lines = [
+        f"  space: {len(expansion.configs)} configs kept, {len(expansion.excluded)} excluded "
+        f"({spec.space.combinations()} combinations)"
+    ]
+    for config in spec.configs:
+        values = ", ".join(f"{k}={v}" for k, v in expansion.values[config.name].items())
+        n = gpu_count(config)
+        lines.append(f"    keep     {config.name} ({values}; {n} GPU{'s' if n > 1 else ''})")
+    lines += [f"    exclude  {e.reason}" for e in expansion.excluded]
+    return lines
 
 
 MAX_PARSE_BYTES = 256 * 2**20  # bench parse reads a benchmark's output whole: more than this is not one
@@ -145,6 +167,28 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 1
 
     return runner.run(spec, Path(path).resolve(), args.conf, verbose=args.verbose)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    """A config search of a campaign's config space on this machine (each probe a bench run)."""
+    from benchflow.params import ConfError
+
+    try:
+        conf = json.loads(args.conf) if args.conf else {}
+    except ValueError as exc:
+        print(f"--conf is not JSON: {exc}", file=sys.stderr)
+        return 2
+    configure_airflow()
+    from benchtools import config_search, up
+
+    if problem := up.unreachable(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]):
+        print(f"bench search: {problem}", file=sys.stderr)
+        return 1
+    try:
+        return config_search.search(args.campaign, conf)
+    except ConfError as exc:
+        print(f"bench search: {exc}", file=sys.stderr)
+        return 2
 
 
 def _read(query: str, timeout_s: float) -> Any:
@@ -440,6 +484,18 @@ SUBCOMMANDS: list[tuple[str, Callable[[argparse.Namespace], int], str, str, list
             arg("campaign", help="campaign name (include/campaigns/<name>.yaml) or a spec path"),
             arg("--conf", help="JSON conf for the run"),
             arg("-v", "--verbose", action="store_true", help="show Airflow's logs too (always in a file)"),
+        ],
+    ),
+    (
+        "search",
+        cmd_search,
+        "search a campaign's config space for the most load per GPU within its SLO",
+        "Rank the configs of a campaign's config space (space: in its spec) by the load search's answer per GPU: "
+        "cheap probes of every config, then finer ones only for those that may still be the best. Each probe is a "
+        "bench run; the answer lands in the warehouse (config_searches, config_search_configs).",
+        [
+            arg("campaign", help="campaign name (include/campaigns/<name>.yaml) whose spec has a space"),
+            arg("--conf", help='JSON: levels, max_probes, max_hours, reuse (e.g. {"max_probes": 20})'),
         ],
     ),
     (

@@ -66,7 +66,8 @@ def ensure_database(uri: str) -> None:
         return
     from benchflow.warehouse.hooks import ensure_postgres_database
 
-    if not ensure_postgres_database(PG_SERVER[0], PG_SERVER[1], url.username or "postgres", url.database):
+    user, template = url.username or "postgres", template_name()  # a copy of the migrated one, when there is one
+    if not ensure_postgres_database(PG_SERVER[0], PG_SERVER[1], user, url.database, template):
         raise RuntimeError(f"could not create the metadata DB {url.database} on {PG_SERVER[0]}:{PG_SERVER[1]}")
 
 
@@ -161,6 +162,13 @@ def choose_database(choice: str | None) -> tuple[str, str]:
     )
 
 
+def template_name() -> str:
+    """The migrated template's name: one per Airflow version (:func:`migrated_template`)."""
+    from importlib.metadata import version
+
+    return f"benchflow_airflow_template_{hashlib.sha256(version('apache-airflow').encode()).hexdigest()[:10]}"
+
+
 def migrated_template(env: dict[str, str] | None = None, timeout: float = 900) -> str:
     """The name of a PostgreSQL database on the local server holding Airflow's metadata tables migrated for this
     Airflow version, made once per server and version (``airflow db migrate`` into a database of a temporary
@@ -170,7 +178,6 @@ def migrated_template(env: dict[str, str] | None = None, timeout: float = 900) -
     import fcntl
     import subprocess
     import tempfile
-    from importlib.metadata import version
 
     from benchflow.warehouse.hooks import (
         create_postgres_database,
@@ -179,8 +186,7 @@ def migrated_template(env: dict[str, str] | None = None, timeout: float = 900) -
         rename_postgres_database,
     )
 
-    digest = hashlib.sha256(version("apache-airflow").encode()).hexdigest()[:10]
-    name = f"benchflow_airflow_template_{digest}"
+    name = template_name()
     lock = Path(tempfile.gettempdir()) / f"{name}.lock"
     with lock.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)

@@ -387,8 +387,9 @@ class AirflowStack:
         """The tasks that failed in ``runs``, each with the end of its log (what a failed wait should show)."""
         parts = []
         for dag_id, run_id in runs:
-            for task_id, ti in self.task_instances(dag_id, run_id).items():
-                if ti["state"] not in ("failed", "upstream_failed"):
+            tasks = self.task_instances(dag_id, run_id).items()
+            for task_id, ti in sorted(tasks, key=lambda item: str(item[1].get("end_date") or "")):
+                if ti["state"] != "failed":  # the first to fail says why; the ones after only followed it
                     continue
                 path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{max(1, ti['try_number'])}"
                 reply = self.api("GET", path, params={"full_content": "true"}, headers={"Accept": "application/json"})

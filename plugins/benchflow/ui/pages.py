@@ -8,7 +8,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from benchflow.ui import bisection_pages, charts_pages, compare_pages
+from benchflow.ui import bisection_pages, charts_pages, compare_pages, config_search_pages
 from benchflow.ui.markup import dag_id_of, run_href, table
 from benchflow.warehouse import queries
 
@@ -120,6 +120,12 @@ def specs() -> tuple[dict[str, CampaignSpec], list[str]]:
     return {s.name: s for s in found}, sorted({e.path.name for e in errors if getattr(e, "path", None)})
 
 
+OTHER_PAGES = (
+    '<p><a href="bisections">Bisections</a>: which payload commit made a case slower</p>'
+    '<p><a href="config-searches">Config searches</a>: which config of a space holds the most load per GPU</p>'
+)
+
+
 def index(warehouse: Warehouse, may_read: Callable[[str], bool] = lambda dag_id: True) -> str:
     """Every campaign spec (with runs or not) and every campaign with runs in the warehouse; only those whose DAG
     the user may read."""
@@ -178,7 +184,7 @@ def index(warehouse: Warehouse, may_read: Callable[[str], bool] = lambda dag_id:
         f"<h1>Benchmarks</h1><p class='muted'>warehouse: {escape(where(warehouse))}</p>"
         f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>{foot}"
         + _compare_list(warehouse, with_runs, defined, may_read)
-        + '<p><a href="bisections">Bisections</a>: which payload commit made a case slower</p>'
+        + OTHER_PAGES
     )
 
 
@@ -242,6 +248,8 @@ def campaign(warehouse: Warehouse, name: str) -> str:
     else:
         out.append(f'<p class="unjudged">none recorded; the latest valid run was {verdict(run)}</p>')
     out.append(f"<h2>Bisections</h2>{bisection_pages.listing(warehouse, name, prefix='../')}")
+    if (spec := specs()[0].get(name)) is not None and spec.space is not None:
+        out.append(f"<h2>Config searches</h2>{config_search_pages.listing(warehouse, name, prefix='../')}")
     return "".join(out)
 
 

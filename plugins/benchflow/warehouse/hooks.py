@@ -385,9 +385,10 @@ BACKENDS: dict[str, Any] = {
 }
 
 
-def ensure_postgres_database(host: str, port: int, user: str, database: str) -> bool:
-    """Create ``database`` on a PostgreSQL server when it is missing (``bench up``'s metadata database); False when
-    the server cannot be reached or refuses. The name is quoted as an identifier."""
+def ensure_postgres_database(host: str, port: int, user: str, database: str, template: str | None = None) -> bool:
+    """Create ``database`` on a PostgreSQL server when it is missing (``bench up``'s metadata database), as a copy
+    of ``template`` when that database exists (an already migrated one); False when the server cannot be reached
+    or refuses. Names are quoted as identifiers."""
     try:
         import psycopg2
         from psycopg2 import sql
@@ -402,7 +403,15 @@ def ensure_postgres_database(host: str, port: int, user: str, database: str) -> 
         with con.cursor() as cur:
             cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database])
             if cur.fetchone() is None:
-                cur.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+                statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database))
+                cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", [template or ""])
+                try:  # the copy fails while another session reads the template: then an empty one
+                    copy = template and cur.fetchone() is not None
+                    cur.execute(
+                        sql.SQL("{} TEMPLATE {}").format(statement, sql.Identifier(template)) if copy else statement
+                    )
+                except psycopg2.errors.ObjectInUse:
+                    cur.execute(statement)
     except psycopg2.Error:
         return False
     finally:

@@ -572,3 +572,57 @@ def finding_commits(w: Warehouse, campaign: str) -> pd.DataFrame:
         "AND r.payload_commit IS NOT NULL",
         [campaign],
     )
+
+
+def pass_load_rows(w: Warehouse, table: str, dag_id: str, run_id: str) -> pd.DataFrame:
+    """A run's measured (not warm-up) serving rows with what a config search reads at each config's pass load:
+    output tokens/s, mean TPOT, J/token and validity."""
+    p = w.p
+    return w.query(
+        "SELECT config, concurrency, repeat, output_throughput, mean_tpot_ms, j_per_token, validity "
+        f"FROM {table} WHERE dag_id = {p} AND run_id = {p} AND (warmup IS NULL OR NOT warmup) "
+        "ORDER BY config, concurrency, repeat",
+        [dag_id, run_id],
+    )
+
+
+def config_searches(w: Warehouse, campaign: str | None = None) -> pd.DataFrame:
+    """Every config search (of one campaign), newest first."""
+    columns = (
+        "dag_id, run_id, campaign, campaign_dag_id, status, best, configs, excluded, rounds, probes, search_probes, "
+        "prompts, grid_probes, grid_prompts, reused, summary, started_at, updated_at"
+    )
+    if campaign is None:
+        return w.query(f"SELECT {columns} FROM config_searches ORDER BY started_at DESC")
+    return w.query(f"SELECT {columns} FROM config_searches WHERE campaign = {w.p} ORDER BY started_at DESC", [campaign])
+
+
+def config_search(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
+    """One config search's row, its whole answer (JSON) and the winner's config block included."""
+    p = w.p
+    return w.query(f"SELECT * FROM config_searches WHERE dag_id = {p} AND run_id = {p}", [dag_id, run_id])
+
+
+def config_search_configs(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
+    """A config search's ranking: every config of the space, best first."""
+    p = w.p
+    return w.query(
+        f"SELECT * FROM config_search_configs WHERE dag_id = {p} AND run_id = {p} ORDER BY rank", [dag_id, run_id]
+    )
+
+
+def reusable_config_measures(w: Warehouse, hashes: list[str]) -> pd.DataFrame:
+    """Valid measures of these configs (by config hash) that earlier searches made, newest first: what a search
+    may reuse when the payload, GPU model and settings match too."""
+    import pandas as pd
+
+    if not hashes:
+        return pd.DataFrame()
+    p = w.p
+    marks = ", ".join([p] * len(hashes))
+    return w.query(
+        "SELECT c.* FROM config_search_configs c JOIN config_searches s ON s.dag_id = c.dag_id AND s.run_id = c.run_id "
+        f"WHERE c.config_hash IN ({marks}) AND c.validity = 'ok' AND c.reused_from IS NULL "
+        "AND (c.pass_load IS NOT NULL OR c.fail_load IS NOT NULL) ORDER BY s.updated_at DESC, c.run_id",
+        hashes,
+    )

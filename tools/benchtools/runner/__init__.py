@@ -31,13 +31,24 @@ if TYPE_CHECKING:
 POLL_S = 0.3
 
 
+def run_id_at(when: datetime) -> str:
+    """The id of the run ``bench run`` makes at ``when`` (dag.test names it by its logical date)."""
+    return f"manual__{when.isoformat()}"
+
+
 def run(
-    spec: CampaignSpec, spec_path: Path, conf: str | None, verbose: bool = False, out: IO[str] | None = None
+    spec: CampaignSpec,
+    spec_path: Path,
+    conf: str | None,
+    verbose: bool = False,
+    out: IO[str] | None = None,
+    when: datetime | None = None,
 ) -> int:
-    """Run ``spec`` once through Airflow, quietly; returns the exit code of ``bench run``."""
+    """Run ``spec`` once through Airflow, quietly; returns the exit code of ``bench run``. ``when``: the run's
+    logical date (its id is :func:`run_id_at` of it), now by default."""
     out = out or sys.stdout
-    when = datetime.now(UTC)
-    run_id = f"manual__{when.isoformat()}"
+    when = when or datetime.now(UTC)
+    run_id = run_id_at(when)
     logs = log_path(spec.dag_id, when)
     result_file = logs.with_suffix(".result.json")
     print(f"bench run {spec.name}: {spec.dag_id} on host {spec.host}, run {run_id}", file=out)

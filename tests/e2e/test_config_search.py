@@ -1,0 +1,115 @@
+"""``bench search`` end to end on this machine: a config space of 12 configs of the tiny server with a known
+capacity (a batch limit of B sequences per 40 ms step: TPOT is 40 ms up to concurrency B and 80 ms above, so the
+most concurrency within a P90 TPOT of 70 ms is B, and per GPU B / GPUs; the GPUs are declared per server). Each
+probe is a real ``bench run`` of the campaign with the round's configs and probe settings, the real load search
+on the host. What is checked: the search names the true best (g1_b8, 8 per GPU) with fewer probe runs and prompts
+than the full grid, the others are worse (their intervals below the best's), the config whose server refuses its
+flags is recorded as failed with the server's own words, and the ranking, the Pareto front and the winner's
+config block are in the warehouse."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchflow.warehouse import Warehouse, queries
+from tests.conftest import PROJECT_ROOT
+from tests.e2e.conftest import PAYLOADS, on_free_ports
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # two bench runs, the first of twelve configs
+BENCH = Path(sys.executable).parent / "bench"
+SPEC = textwrap.dedent(
+    """\
+    description: a config space of the tiny server, GPUs x batch limit, one config that cannot start
+    kind: serving
+    host: local
+    payload: serving
+    requires: [moe]
+    schedule: null
+    space:
+      dimensions: {gpus: [1, 2, 4], max_batch: [0, 2, 4, 6, 8]}
+      derived: {last_gpu: "gpus - 1"}
+      constraints: ["max_batch > 0 or gpus == 1", "max_batch >= gpus or max_batch == 0"]
+      name: "g{gpus}_b{max_batch}"
+      servers:
+        - name: engine
+          command: "{python} server.py --layers 1 --hidden 32 --max-batch {max_batch} --step-ms 40 --port {port}"
+          port: 30170
+          gpus: "0-{last_gpu}"
+      price: {gpu_hour: 2.0}
+    benchmark:
+      script: sweep.py
+      search:
+        over: concurrency
+        range: [2, 16]
+        slo: {p80_tpot_ms: 70, max_failed_fraction: 0.2}
+        precision: 0.1
+        prompts_per_probe: 60
+        repeats: 1
+        budget: {probes: 12, seconds: 300}
+      args: {client: local, input_len: 16, output_len: 4}
+    timeouts: {server_ready: 120, benchmark: 900, poke_interval: 1}
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, airflow_db):
+    root = tmp_path_factory.mktemp("space")
+    (root / "specs").mkdir()
+    (root / "specs" / "space_e2e.yaml").write_text(on_free_ports(SPEC)[0])
+    (root / "kernels").mkdir()
+    for name in ("serving", "moe"):
+        os.symlink(PAYLOADS[name], root / "kernels" / name)
+    return {
+        **os.environ,
+        "BENCH_CAMPAIGNS_DIR": str(root / "specs"),
+        "BENCH_KERNELS_DIR": str(root / "kernels"),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def test_the_search_names_the_true_best_with_less_than_the_grid_and_keeps_the_config_that_crashed(env):
+    listed = subprocess.run(
+        [str(BENCH), "validate", str(Path(env["BENCH_CAMPAIGNS_DIR"]) / "space_e2e.yaml")],
+        env=env, capture_output=True, text=True, timeout=120, cwd=PROJECT_ROOT,
+    )  # fmt: skip
+    assert "space: 12 configs kept, 3 excluded (15 combinations)" in listed.stdout, listed
+    assert "exclude  constraint 'max_batch > 0 or gpus == 1' is false at gpus=2, max_batch=0" in listed.stdout
+    done = subprocess.run(
+        [str(BENCH), "search", "space_e2e"], env=env, capture_output=True, text=True, timeout=900, cwd=PROJECT_ROOT
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    out = done.stdout
+    warehouse = Warehouse.from_airflow()
+    (search,) = queries.config_searches(warehouse, "space_e2e").to_dict("records")
+    assert (search["status"], search["best"], search["configs"], search["excluded"]) == ("done", "g1_b8", 12, 3), out
+    ranking = queries.config_search_configs(warehouse, search["dag_id"], search["run_id"])
+    rows = {r["config"]: r for r in ranking.to_dict("records")}
+    assert rows["g1_b8"]["rank"] == 1 and rows["g1_b8"]["verdict"] == "best"
+    assert rows["g1_b8"]["load_per_gpu_low"] == 8 and rows["g1_b8"]["level"] == 2  # at the spec's own settings
+    worse = [r for r in rows.values() if r["verdict"] == "worse"]
+    assert len(worse) == 10 and all(r["load_per_gpu_high"] < 8 for r in worse), ranking.to_dict("records")
+    assert rows["g1_b0"]["verdict"] == "failed" and "--max-batch needs B >= 1" in rows["g1_b0"]["error"], rows["g1_b0"]
+    # spent where the answer was decided: every config once, cheaply, then the leader alone at the spec's settings
+    assert (search["rounds"], search["probes"]) == (2, 13)
+    assert search["prompts"] < search["grid_prompts"] and search["search_probes"] < search["grid_probes"], search
+    assert rows["g1_b8"]["tokens_per_s_per_gpu"] > rows["g2_b8"]["tokens_per_s_per_gpu"] > 0
+    assert rows["g1_b8"]["cost_per_mtok"] > 0 and rows["g1_b8"]["pareto"]
+    whole = queries.config_search(warehouse, search["dag_id"], search["run_id"]).iloc[0]
+    block = yaml.safe_load(whole["winner_yaml"])["configs"][0]
+    assert block["name"] == "g1_b8" and "--max-batch 8" in block["servers"][0]["command"]
+    result = json.loads(whole["result"])
+    assert result["best"] == "g1_b8" and "g1_b8" in result["pareto"]
+    # what bench search printed: the rounds, the ranking, the spend against the grid, the winner
+    assert "round 1: best g1_b8: 8–9 load per GPU" in out and "round 2: best g1_b8: 8 load per GPU" in out, out
+    assert "config search: best g1_b8: 8 load per GPU (1 GPU); 10 worse, 1 failed; 2 rounds, 13 probe runs" in out
+    assert "failed: run " in out and "the full grid at the spec's settings: up to" in out
+    assert "the winner, as a config block for a nightly spec:" in out
