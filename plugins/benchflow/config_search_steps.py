@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from benchflow.warehouse import Warehouse
 
 DAG_ID = "bench_config_search"
-MAX_ROUNDS = 6  # rounds the DAG has; a search's levels and budget usually stop it sooner
+MAX_ROUNDS = 4  # rounds the DAG has: round 1 measures every config, each later one a level finer (levels <= 4)
 POKE_S = 5.0
 
 PARAMS: dict[str, tuple[Any, dict[str, Any]]] = {
