@@ -5,7 +5,7 @@ sshd whose host key the connection pins.
 
 Its campaigns: four of the fault payload for the stack's own tests (two share ``gpu_a``, one runs on ``gpu_b``,
 one is triggered from the UI's form), and two of a generated git payload repository for the bisect DAG
-(``toy_bisect``: commit 11 is 20 % slower; ``toy_noise``: no commit is).
+(``toy_bisect``: commit 6 of 8 is 20 % slower; ``toy_noise``: no commit is).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from tests.conftest import FIXTURES, PROJECT_ROOT, VAR
 from tests.payload_repo import PayloadRepo, make_payload_repo
 
 REPEATS = 5
+COMMITS, SLOW_FROM = 8, 6  # the bisected repository: commit 6 makes the kernel 20 % slower
 CASE, METRIC = "m=64", "us_per_token"
 SPEC = """\
 description: {what} on host {host}
@@ -107,8 +108,8 @@ def toy_spec(repo: Path, hosts: list[str]) -> str:
 def repos() -> dict[str, PayloadRepo]:
     root = VAR / "bisect-repos"
     return {
-        "toy_bisect": make_payload_repo(root / "slow.git"),
-        "toy_noise": make_payload_repo(root / "same.git", slowdown=1.0),
+        "toy_bisect": make_payload_repo(root / "slow.git", commits=COMMITS, slow_from=SLOW_FROM),
+        "toy_noise": make_payload_repo(root / "same.git", commits=COMMITS, slowdown=1.0),
     }
 
 

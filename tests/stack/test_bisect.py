@@ -1,4 +1,4 @@
-"""Bisection end to end: the generated payload repository (16 commits, commit 11 makes the kernel 20 % slower,
+"""Bisection end to end: the generated payload repository (8 commits, commit 6 makes the kernel 20 % slower,
 3 % noise per value), the bisect DAG under the stack tier's scheduler, triggerer and Celery worker
 (tests/stack/conftest.py), every probe a run of the campaign's own DAG over real SSH to one of two loopback hosts.
 
@@ -17,7 +17,9 @@ import pytest
 
 from benchflow.warehouse import Warehouse, queries
 from benchtools.stack import AirflowStack
-from tests.stack.conftest import CASE, METRIC, REPEATS
+from tests.stack.conftest import CASE, COMMITS, METRIC, REPEATS, SLOW_FROM
+
+NIGHTLY = (4, 7)  # commits that nightly runs measured: the bisection reuses them
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]  # a whole stack's start, then campaign runs
 
@@ -54,11 +56,11 @@ def test_a_bad_conf_is_refused_naming_its_field(stack):
     assert reply.status_code == 400 and "repeats" in reply.text
 
 
-def test_bisection_names_commit_11_reusing_two_nightly_results_probing_two_commits_at_once(stack, repos):
+def test_bisection_names_the_slow_commit_reusing_two_nightly_results_probing_two_commits_at_once(stack, repos):
     repo = repos["toy_bisect"]
-    # "Nightly" results for commits 8 and 13: ordinary runs of the campaign at those commits (the case, 5 times)
+    # "Nightly" results for commits 4 and 7: ordinary runs of the campaign at those commits (the case, 5 times)
     nightly = {}
-    for n in (8, 13):
+    for n in NIGHTLY:
         reply = stack.trigger("bench_toy_bisect", {"payload_ref": f"c{n}", "m_list": [64] * REPEATS})
         assert reply.status_code == 200, reply.text
         nightly[n] = reply.json()["dag_run_id"]
@@ -73,9 +75,9 @@ def test_bisection_names_commit_11_reusing_two_nightly_results_probing_two_commi
     found = queries.bisection(warehouse_of(stack), "bench_bisect", run_id).iloc[0]
     result = json.loads(found["result"])
     assert found["status"] == "found", result["summary"]
-    assert found["first_bad"] == repo.commit(11) and found["parent"] == repo.commit(10)
+    assert found["first_bad"] == repo.commit(SLOW_FROM) and found["parent"] == repo.commit(SLOW_FROM - 1)
     assert found["ratio_low"] > 1 and 1.1 < found["ratio"] < 1.3
-    assert found["rounds"] <= math.ceil(math.log2(16)) + 2
+    assert found["rounds"] <= math.ceil(math.log2(COMMITS)) + 2
     # The two nightly commits were reused, never probed; every other measured commit cost one probe run
     assert found["reused"] == 2
     probes = [r for r in campaign_runs(stack, "bench_toy_bisect") if r["dag_run_id"].startswith("bisect_")]
@@ -83,12 +85,12 @@ def test_bisection_names_commit_11_reusing_two_nightly_results_probing_two_commi
     assert len(probes) == found["probes"] and all(r["state"] == "success" for r in probes)
     chain = queries.bisection_probes(warehouse_of(stack), "bench_bisect", run_id)
     reused = chain[chain["reused_from"].notna()]
-    assert set(reused["sha"]) == {repo.commit(8), repo.commit(13)}
+    assert set(reused["sha"]) == {repo.commit(n) for n in NIGHTLY}
     assert {json.loads(s)[0] for s in reused["probe_runs"]} == set(nightly.values())
     for row in reused.to_dict("records"):  # probed again only to settle a verdict the nightly's values left open,
         again = json.loads(row["rounds"])  # then with the nightly's values kept beside the probe's
         assert (row["sha"] in probed) == bool(again) and (not again or row["n"] > REPEATS), row
-    assert set(chain[chain["sha"] == repo.commit(11)]["verdict"]) == {"same_as_bad"}
+    assert set(chain[chain["sha"] == repo.commit(SLOW_FROM)]["verdict"]) == {"same_as_bad"}
     # Two hosts: the probes of one round ran at the same time, one on each host
     by_round: dict[str, list[dict]] = {}
     for r in probes:
@@ -121,4 +123,5 @@ def test_a_regression_that_was_noise_ends_not_reproduced_after_confirm(stack, re
     assert result["summary"].startswith("not reproduced") and result["confirmation"]["ratio"]["n_a"] == REPEATS
     assert tasks["confirm"]["state"] == "success" and tasks["narrow_1_plan"]["state"] == "skipped"
     probes = [r for r in campaign_runs(stack, "bench_toy_noise") if r["dag_run_id"].startswith("bisect_")]
-    assert {r["conf"]["payload_ref"] for r in probes} == {repos["toy_noise"].commit(1), repos["toy_noise"].commit(16)}
+    noise = repos["toy_noise"]
+    assert {r["conf"]["payload_ref"] for r in probes} == {noise.commit(1), noise.commit(COMMITS)}
