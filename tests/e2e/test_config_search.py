@@ -1,5 +1,5 @@
 """``bench search`` end to end on this machine: a config space of 12 configs of the tiny server with a known
-capacity (a batch limit of B sequences per 40 ms step: TPOT is 40 ms up to concurrency B and 80 ms above, so the
+capacity (a batch limit of B sequences per 80 ms step: TPOT is 80 ms up to concurrency B and 160 ms above, so the
 most concurrency within a P90 TPOT of 70 ms is B, and per GPU B / GPUs; the GPUs are declared per server). Each
 probe is a real ``bench run`` of the campaign with the round's configs and probe settings, the real load search
 on the host. What is checked: the search names the true best (g1_b8, 8 per GPU) with fewer probe runs and prompts
@@ -40,7 +40,7 @@ SPEC = textwrap.dedent(
       name: "g{gpus}_b{max_batch}"
       servers:
         - name: engine
-          command: "{python} server.py --layers 1 --hidden 32 --max-batch {max_batch} --step-ms 40 --port {port}"
+          command: "{python} server.py --layers 1 --hidden 32 --max-batch {max_batch} --step-ms 80 --port {port}"
           port: 30170
           gpus: "0-{last_gpu}"
       price: {gpu_hour: 2.0}
@@ -49,7 +49,7 @@ SPEC = textwrap.dedent(
       search:
         over: concurrency
         range: [2, 16]
-        slo: {p80_tpot_ms: 70, max_failed_fraction: 0.2}
+        slo: {p80_tpot_ms: 150, max_failed_fraction: 0.2}
         precision: 0.1
         prompts_per_probe: 60
         repeats: 1

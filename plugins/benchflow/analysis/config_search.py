@@ -269,6 +269,9 @@ class ConfigSearch:
             text += f"; not distinguishable from it: {', '.join(tied)}"
         worse = sum(self.verdict(n) == "worse" for n in self.gpus)
         text += f"; {worse} worse, {len(self.failed)} failed; {len(self.rounds)} rounds, {self.probes} probe runs"
+        validity = self.latest(lead).figures.get("validity")  # type: ignore[union-attr]
+        if validity not in (None, "ok"):  # the ranking stands; its figures were measured beside other load
+            text += "; the best one's rows were not all judged ok (noisy, throttled or contended): not a valid figure"
         return text + (f"; {self.stopped}" if self.stopped else "") + ("" if status == "done" else f" ({status})")
 
     # -- JSON ------------------------------------------------------------------------------------------

@@ -104,7 +104,7 @@ def _interrupted(spec: CampaignSpec, run_id: str, child: subprocess.Popen[bytes]
     name = signal.Signals(signum).name
     watch.say(f"\n{clock()}  {name}: stopping the run, its benchmark, and restoring the services")
     _end_group(child)
-    states = {task_id: state for task_id, state, _, _ in metadata.task_states(spec.dag_id, run_id)}
+    states = _states(spec.dag_id, run_id, watch)
     problems = cleanup.undo_started(
         build_dag(spec), run_id, states, lambda line: watch.say(f"{clock()}  {line}"), STARTED
     )
@@ -112,6 +112,19 @@ def _interrupted(spec: CampaignSpec, run_id: str, child: subprocess.Popen[bytes]
     watch.say(f"run {run_id} stopped by {name}" + (f"; {len(problems)} clean-up step(s) failed" if problems else ""))
     watch.say(f"Airflow logs: {watch.log_file}")
     return 128 + signum
+
+
+def _states(dag_id: str, run_id: str, watch: Watch, tries: int = 5) -> dict[str, str | None]:
+    """The run's task states for the clean-up: the metadata DB's, read again while it answers nothing (a busy or
+    briefly unreachable database), over what this process last saw of them, so that a setup known to have run is
+    never taken for one that did not."""
+    seen: dict[str, str | None] = {task_id: view.state for task_id, view in watch.tasks.items() if view.state}
+    for attempt in range(tries):
+        found = metadata.task_states(dag_id, run_id)
+        if found:
+            return seen | {task_id: state for task_id, state, _, _ in found}
+        time.sleep(0.5 * (attempt + 1))
+    return seen
 
 
 def _end_group(child: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
