@@ -268,7 +268,8 @@ class ConfigSearch:
         if tied:
             text += f"; not distinguishable from it: {', '.join(tied)}"
         worse = sum(self.verdict(n) == "worse" for n in self.gpus)
-        text += f"; {worse} worse, {len(self.failed)} failed; {len(self.rounds)} rounds, {self.probes} probe runs"
+        rounds = f"{len(self.rounds)} round{'' if len(self.rounds) == 1 else 's'}"
+        text += f"; {worse} worse, {len(self.failed)} failed; {rounds}, {self.probes} probe runs"
         validity = self.latest(lead).figures.get("validity")  # type: ignore[union-attr]
         if validity not in (None, "ok"):  # the ranking stands; its figures were measured beside other load
             text += "; the best one's rows were not all judged ok (noisy, throttled or contended): not a valid figure"
