@@ -398,8 +398,8 @@ def save(search: ConfigSearch, warehouse: Warehouse, dag_id: str, run_id: str) -
     from benchflow.warehouse import config_search_writes
 
     result = search.result()
-    spec = campaign_spec(search.meta["campaign"])
-    result["winner_yaml"] = winner_yaml(spec, result["best"]) if result["status"] == "done" else None
+    done = result["status"] == "done"  # the spec is read for the winner's block only, once the answer is in
+    result["winner_yaml"] = winner_yaml(campaign_spec(search.meta["campaign"]), result["best"]) if done else None
     result["levels"] = [level.settings() for level in search.levels]
     result["excluded"] = search.meta.get("excluded", [])
     result["grid"] = search.meta.get("grid", {})

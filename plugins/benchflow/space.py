@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import functools
 import itertools
+import math
 import operator
 import re
 import shlex
@@ -193,10 +194,7 @@ class ConfigSpace(BaseModel):
         return self
 
     def combinations(self) -> int:
-        count = 1
-        for values in self.dimensions.values():
-            count *= len(values)
-        return count
+        return math.prod(len(values) for values in self.dimensions.values())
 
     def expand(self) -> Expansion:
         """Every combination, kept (a config) or excluded (why), as validation expanded them."""
