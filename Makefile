@@ -23,13 +23,14 @@ HOST_STAMP := $(HOST_VENV)/.installed
 .PHONY: demo test check lint venv host-venv constraints clean compose-env up down
 
 # pip prints each package as it collects and installs it: the progress of a first set-up that takes minutes.
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt requirements-nodeps.txt constraints.txt pyproject.toml
 	@echo "make: Airflow's environment, $(VENV) (pip prints each package; minutes on a fresh machine)"
 	@date +%s > $(VENV).began
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	set -o pipefail; $(PY) -m pip install --progress-bar off -r requirements-dev.txt -c constraints.txt \
 	  | { grep -E '^(Collecting|Installing|Successfully)' || true; }
+	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 	@echo "make: $(VENV) ready in $$(( $$(date +%s) - $$(cat $(VENV).began) )) s"; rm -f $(VENV).began
@@ -110,6 +111,12 @@ compose-env:
 	grep -vE '^(AIRFLOW_UID|GPU_SIM_HOST_KEY)=' .env > .env.new || true
 	echo "AIRFLOW_UID=$$(id -u)" >> .env.new
 	echo "GPU_SIM_HOST_KEY=$$(cut -d' ' -f1,2 secrets/gpu_sim_host_ed25519.pub)" >> .env.new
+	# one Fernet key (connections encrypted at rest) and one JWT secret (the task and Edge worker tokens) for
+	# every container: left unset, each container's Airflow makes its own; made once and kept
+	grep -qE '^AIRFLOW__CORE__FERNET_KEY=.' .env.new || \
+	  echo "AIRFLOW__CORE__FERNET_KEY=$$(python3 -c 'import base64, os; print(base64.urlsafe_b64encode(os.urandom(32)).decode())')" >> .env.new
+	grep -qE '^AIRFLOW__API_AUTH__JWT_SECRET=.' .env.new || \
+	  echo "AIRFLOW__API_AUTH__JWT_SECRET=$$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')" >> .env.new
 	mv .env.new .env
 
 # Re-pin the whole resolved set after changing requirements*.txt.

@@ -10,12 +10,6 @@ fails to build is logged there, and ``bench validate`` (which builds) names it b
 
 from __future__ import annotations
 
-from airflow.sdk import get_parsing_context
+from benchflow.factory import raise_rejected
 
-from benchflow.factory import build_all
-from benchflow.spec import RejectedSpecs
-
-if get_parsing_context().dag_id is None:  # a worker parsing for one task needs no report: this file has no DAG
-    _, _errors = build_all(build=False, register=False)
-    if _errors:
-        raise RejectedSpecs(_errors)
+raise_rejected()

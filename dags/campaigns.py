@@ -12,16 +12,6 @@ campaign's DAG alone: a fleet of many campaigns costs each task one spec, not al
 
 from __future__ import annotations
 
-import logging
+from benchflow.factory import define_campaigns
 
-from airflow.sdk import get_parsing_context
-
-from benchflow.factory import build_all
-
-log = logging.getLogger(__name__)
-
-_dags, _errors = build_all(only_dag=get_parsing_context().dag_id)
-for _error in _errors:
-    log.error("campaign spec rejected, no DAG built:\n%s", _error)
-for _dag in _dags:
-    globals()[_dag.dag_id] = _dag
+define_campaigns(globals())

@@ -20,6 +20,7 @@ from pathlib import Path
 
 SCRIPT = Path(__file__).parent / "fixtures" / "payloads" / "toy" / "bench_toy.py"
 SUBDIR = "kernels/toy"
+SPEC_REPO_FILES = Path(__file__).parents[1] / "include" / "spec-repo"
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,18 @@ def make_payload_repo(
         shas.append(commit_all(path, f"commit {n}: {what}", n))
         git(path, "tag", f"c{n}")
     return PayloadRepo(path, shas, slow_from)
+
+
+def make_spec_repo(path: Path, specs: dict[str, str]) -> str:
+    """A repository of campaign specs (name → YAML) at ``path`` with the DAG files a spec repository carries
+    (``include/spec-repo/``), in one commit on ``main``: its sha."""
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    for source in SPEC_REPO_FILES.glob("*.py"):
+        shutil.copyfile(source, path / source.name)
+    for name, text in specs.items():
+        (path / f"{name}.yaml").write_text(text)
+    return commit_all(path, "campaign specs", 0)
 
 
 if __name__ == "__main__":

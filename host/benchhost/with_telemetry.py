@@ -77,7 +77,8 @@ def phase_lines(out: Path, phases_text: str, rows_text: str) -> str:
     if info.get("reason"):
         lines.append(f"  {info['reason']}")
     for row in summary.phase_gpu_rows(samples, phases):
-        what = f"m={row['m']} {row['dtype']}" if row["kind"] == "kernel" else f"{row['config']} c={row['concurrency']}"
+        load = f"c={row['concurrency']}" if row.get("request_rate") is None else f"q={row['request_rate']:g}"
+        what = f"m={row['m']} {row['dtype']}" if row["kind"] == "kernel" else f"{row['config']} {load}"
         lines.append(
             f"  {what:>14} GPU {row['gpu_index']}: {fmt(row['mean_power_w'])} W mean, {fmt(row['max_power_w'])} max, "
             f"{fmt(row['energy_j'])} J ({row['energy_method']}), SM {fmt(row['mean_sm_mhz'], '.0f')} MHz, "

@@ -18,7 +18,7 @@ SELECT * FROM (
 WHERE recency = 1;
 
 -- A load search's answer per run and config (serving_search) with what the GPUs drew there: over the steady state
--- of the answer's repeats that were measured ok (serving_results at concurrency = pass_load), the config's mean power
+-- of the answer's repeats that were measured ok (serving_results at the load searched = pass_load), the config's mean power
 -- (all its servers' GPUs) and joules per output token; NULL where the run had no telemetry or no load passed.
 -- validity: 'ok' only when every probe of the config was (a contended probe may have decided the answer).
 CREATE VIEW serving_search_answers AS
@@ -32,7 +32,8 @@ SELECT s.dag_id, s.run_id, s.config, s.over, s.reason, s.pass_load, s.fail_load,
        SUM(r.steady_energy_j) / NULLIF(SUM(r.steady_tokens), 0) AS j_per_token_at_answer
 FROM serving_search s
 LEFT JOIN serving_results r
-  ON r.dag_id = s.dag_id AND r.run_id = s.run_id AND r.config = s.config AND r.concurrency = s.pass_load
+  ON r.dag_id = s.dag_id AND r.run_id = s.run_id AND r.config = s.config
+ AND (CASE WHEN s.over = 'request_rate' THEN r.request_rate ELSE r.concurrency END) = s.pass_load
  AND NOT r.warmup AND COALESCE(r.validity, 'ok') = 'ok'
 GROUP BY s.dag_id, s.run_id, s.config, s.over, s.reason, s.pass_load, s.fail_load, s.fail_verdict, s.goodput_rps,
          s.probes, s.loads, s.seconds;

@@ -1,7 +1,10 @@
-"""Load generator for an OpenAI-compatible ``/v1/completions`` endpoint, at a fixed concurrency.
+"""Load generator for an OpenAI-compatible ``/v1/completions`` endpoint, at a fixed concurrency or a request rate.
 
     python loadgen.py --base-url http://127.0.0.1:30100 --num-prompts 24 --max-concurrency 8 \
         --input-len 256 --output-len 256 --output-file phase.jsonl
+    python loadgen.py ... --request-rate 4 --burstiness 1   # Poisson arrivals (gamma gaps for burstiness != 1)
+
+``--range-ratio r`` draws each prompt's length uniformly in [r x input-len, input-len] (SGLang's sense).
 
 Streams every request and measures TTFT, TPOT, ITL and end-to-end latency, then prints SGLang's
 ``Serving Benchmark Result`` block (40-wide labels) and appends one JSON object in SGLang's
@@ -75,7 +78,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
 
 
-def summarize(results: list[Result], duration: float, input_len: int, concurrency: int, backend: str) -> dict:
+def summarize(
+    results: list[Result],
+    duration: float,
+    input_lens: list[int],
+    concurrency: int | None,
+    backend: str,
+    rate: float = float("inf"),
+) -> dict:
     done = [r for r in results if r.ok]
     ms = 1000.0
     ttft = [r.ttft * ms for r in done]
@@ -92,22 +102,24 @@ def summarize(results: list[Result], duration: float, input_len: int, concurrenc
     peak_concurrent = max((sum(1 for s, e in spans if s <= start < e) for start, _ in spans), default=0)
     summary = {
         "backend": backend,
-        "request_rate": float("inf"),
+        "request_rate": rate,
         "max_concurrency": concurrency,
         "completed": len(done),
         "failed": len(results) - len(done),
         "num_prompts": len(results),
         "duration": duration,
-        "random_input_len": input_len,
-        "total_input_tokens": input_len * len(done),
+        "random_input_len": max(input_lens, default=0),
+        "total_input_tokens": sum(n for n, r in zip(input_lens, results, strict=True) if r.ok),
         "total_output_tokens": output_tokens,
         "request_throughput": len(done) / duration,
-        "input_throughput": input_len * len(done) / duration,
+        "input_throughput": sum(n for n, r in zip(input_lens, results, strict=True) if r.ok) / duration,
         "output_throughput": output_tokens / duration,
-        "total_throughput": (input_len * len(done) + output_tokens) / duration,
+        "total_throughput": (sum(n for n, r in zip(input_lens, results, strict=True) if r.ok) + output_tokens)
+        / duration,
         "max_output_tokens_per_s": max(per_second.values(), default=0),
         "max_concurrent_requests": peak_concurrent,
         "concurrency": sum(e2e) / ms / duration,
+        "start_times": [r.start for r in results],  # time.perf_counter(), as vLLM saves them
     }
     for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2e_latency", e2e)):
         summary[f"mean_{name}_ms"] = statistics.fmean(values) if values else float("nan")
@@ -124,8 +136,8 @@ def print_block(s: dict) -> None:
 
     print("{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="))
     line("Backend", s["backend"])
-    line("Traffic request rate", "inf")
-    line("Max request concurrency", s["max_concurrency"])
+    line("Traffic request rate", f"{s['request_rate']:g}")
+    line("Max request concurrency", "not set" if s["max_concurrency"] is None else s["max_concurrency"])
     line("Successful requests", s["completed"])
     line("Failed requests", s["failed"])
     # Four significant digits at least: a short phase's duration must still give its throughput to 0.1%.
@@ -156,33 +168,67 @@ def print_block(s: dict) -> None:
     print("=" * 50, flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def arrivals(count: int, rate: float, burstiness: float, rng: random.Random) -> list[float]:
+    """Send offsets (s) of ``count`` requests at ``rate`` per second: gamma-distributed gaps of shape
+    ``burstiness`` and mean 1 / rate (1: a Poisson process), as vLLM draws them; all at 0 for an infinite rate."""
+    if math.isinf(rate):
+        return [0.0] * count
+    offsets, t = [], 0.0
+    for _ in range(count):
+        offsets.append(t)
+        t += rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
+    return offsets
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--num-prompts", type=int, required=True)
-    parser.add_argument("--max-concurrency", type=int, required=True)
+    parser.add_argument("--max-concurrency", type=int, help="the most requests in flight (default: no cap)")
+    parser.add_argument("--request-rate", type=float, default=float("inf"), help="requests/s (default: all at once)")
+    parser.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the gaps (1: Poisson)")
     parser.add_argument("--input-len", type=int, default=256)
+    parser.add_argument("--range-ratio", type=float, default=1.0, help="prompt lengths in [r x input-len, input-len]")
     parser.add_argument("--output-len", type=int, default=256)
     parser.add_argument("--output-file")
     parser.add_argument("--requests-file", help="append one JSON object per request (raw timings)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if math.isinf(args.request_rate) and args.max_concurrency is None:
+        parser.error("--max-concurrency is needed without --request-rate")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     rng = random.Random(args.seed)
-    prompts = [[rng.randrange(256) for _ in range(args.input_len)] for _ in range(args.num_prompts)]
+    low = max(1, math.ceil(args.range_ratio * args.input_len))
+    lens = [rng.randint(low, args.input_len) for _ in range(args.num_prompts)]
+    prompts = [[rng.randrange(256) for _ in range(n)] for n in lens]
+    offsets = arrivals(args.num_prompts, args.request_rate, args.burstiness, rng)
     lock, finished = threading.Lock(), [0]
+    slots = threading.BoundedSemaphore(args.max_concurrency or args.num_prompts)
 
     def run(prompt: list[int]) -> Result:
-        result = one_request(args.base_url, prompt, args.output_len)
+        try:
+            result = one_request(args.base_url, prompt, args.output_len)
+        finally:
+            slots.release()
         with lock:
             finished[0] += 1
             print(f"request {finished[0]}/{args.num_prompts}: {'ok' if result.ok else result.error}", flush=True)
         return result
 
     start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=args.max_concurrency) as pool:
-        results = list(pool.map(run, prompts))
+    with ThreadPoolExecutor(max_workers=args.max_concurrency or args.num_prompts) as pool:
+        futures = []
+        for prompt, offset in zip(prompts, offsets, strict=True):
+            time.sleep(max(0.0, start + offset - time.perf_counter()))
+            slots.acquire()  # a capped rate waits for a slot, as the real clients do
+            futures.append(pool.submit(run, prompt))
+        results = [f.result() for f in futures]
     duration = time.perf_counter() - start
-    summary = summarize(results, duration, args.input_len, args.max_concurrency, "openai-completions")
+    summary = summarize(results, duration, lens, args.max_concurrency, "openai-completions", args.request_rate)
     print_block(summary)
     if args.output_file:
         with open(args.output_file, "a") as out:
@@ -196,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                         {
                             "seq": seq,
                             "ok": r.ok,
-                            "input_len": args.input_len,
+                            "input_len": lens[seq],
                             "output_tokens": r.output_tokens,
                             "ttft_ms": r.ttft * 1e3 if r.ok else None,
                             "e2e_ms": r.e2e * 1e3 if r.ok else None,

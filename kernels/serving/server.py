@@ -15,10 +15,11 @@ per token, 256 tokens = the model's vocabulary; the server encodes and decodes w
 The endpoints the real clients (``sglang.bench_serving``, ``vllm bench serve``) and ``sglang_router`` call,
 with SGLang's shapes: ``GET /health``, ``/health_generate`` (runs one token), ``/ready``, ``/v1/models``
 (the model id is the absolute ``--model-path``, so a client loads the tokenizer from it), ``/model_info``
-and ``/get_model_info``, ``/server_info`` and ``/get_server_info``; ``GET|POST /flush_cache`` (there is no
-prefix cache: it succeeds and does nothing); ``POST /generate`` (``text`` or ``input_ids``,
+and ``/get_model_info``, ``/server_info`` and ``/get_server_info``; ``GET|POST /flush_cache`` (empties the prefix
+cache); ``POST /generate`` (``text`` or ``input_ids``,
 ``sampling_params.max_new_tokens``, streamed as cumulative ``text`` + ``meta_info`` like SGLang) and
-``POST /v1/completions`` (``prompt`` as text or token ids, ``max_tokens``, ``stream``,
+``POST /v1/completions`` (``prompt`` as text or token ids, ``max_tokens``, ``stream``, and ``/v1/chat/completions``:
+``messages`` as ``role: content`` lines, ``delta`` chunks,
 ``stream_options.include_usage`` / ``continuous_usage_stats``), ``POST /tokenize`` and ``/detokenize``
 (``vllm bench serve`` checks its prompts with them); ``GET /metrics`` with ``--enable-metrics`` (below). Requests
 are served one at a time (a lock), so queueing shows up in TTFT as load grows. ``--role`` is reported in
@@ -51,6 +52,13 @@ preemption each. A request that cannot fit alone (prompt + max tokens > N; on a 
 refused with 400, so the oldest running sequence always fits and every request finishes. Without the scheduler
 one request runs at a time, and the pool only refuses what cannot fit. Without ``--max-kv-tokens`` there is no
 limit, and the usage reported is used / 2^20 nominal tokens (``sglang:max_total_num_tokens``).
+
+A prefix cache, as SGLang's radix cache (on unless ``--disable-radix-cache``): the prompts a prefill or both server
+has prefilled, as a token trie of at most ``--prefix-cache-tokens`` tokens (emptied when full, not evicted leaf by
+leaf). A request's cached tokens are its longest prefix in the trie, all of its prompt but the last token at most
+(one token is always prefilled); its prefill costs ``--prefill-ms-per-token`` for the others only. The count is in
+``meta_info.cached_tokens`` (``/generate``), ``usage.prompt_tokens_details.cached_tokens`` (``/v1/completions``) and
+the metrics (``sglang:cached_tokens_total``; vLLM's ``prefix_cache_queries_total`` and ``prefix_cache_hits_total``).
 
 ``--enable-metrics``: ``GET /metrics`` answers Prometheus text (``text/plain; version=0.0.4``), written here by hand,
 with SGLang 0.5.23's names and labels (``model_name`` = the served model name, ``engine_type`` unified|prefill|
@@ -224,6 +232,36 @@ class Load:
             }
 
 
+class PrefixCache:
+    """The prompts prefilled so far, as a token trie of at most ``capacity`` tokens (emptied when full)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity, self.lock = capacity, threading.Lock()
+        self.root: dict[int, dict] = {}
+        self.size = 0
+
+    def match_and_insert(self, tokens: list[int]) -> int:
+        """The length of ``tokens``' longest cached prefix (all but the last token at most), then ``tokens`` cached."""
+        with self.lock:
+            node, matched = self.root, 0
+            for token in tokens[:-1]:
+                if token not in node:
+                    break
+                node, matched = node[token], matched + 1
+            start = matched
+            if self.size + len(tokens) - matched > self.capacity:
+                self.root, self.size = {}, 0
+                node, start = self.root, 0
+            for token in tokens[start:]:
+                node = node.setdefault(token, {})
+            self.size += len(tokens) - start
+            return matched
+
+    def flush(self) -> None:
+        with self.lock:
+            self.root, self.size = {}, 0
+
+
 class Clock:
     """One request's times at this server (``time.perf_counter``): arrived, queued for the model, first admitted."""
 
@@ -231,6 +269,7 @@ class Clock:
         self.arrived = time.perf_counter()
         self.queued: float | None = None
         self.admitted: float | None = None
+        self.cached = 0  # the prompt tokens found in the prefix cache (not prefilled again)
 
     def admit(self) -> None:
         if self.admitted is None:
@@ -446,6 +485,7 @@ FAMILIES: dict[str, tuple[Family, ...]] = {
         Family(
             "requests", "sglang:num_requests_total", "counter", "Number of requests processed.", TOK, "is_streaming"
         ),
+        Family("prefix_hits", "sglang:cached_tokens_total", "counter", "Number of cached prompt tokens.", TOK),
         Family(
             "ttft",
             "sglang:time_to_first_token_seconds",
@@ -487,6 +527,20 @@ FAMILIES: dict[str, tuple[Family, ...]] = {
             "vllm",
         ),
         Family("prompt_tokens", "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", "vllm"),
+        Family(
+            "prefix_queries",
+            "vllm:prefix_cache_queries_total",
+            "counter",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            "vllm",
+        ),
+        Family(
+            "prefix_hits",
+            "vllm:prefix_cache_hits_total",
+            "counter",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            "vllm",
+        ),
         Family(
             "generation_tokens",
             "vllm:generation_tokens_total",
@@ -623,8 +677,12 @@ class Metrics:
 
     def _finish(self, prefilled: int, generated: int, clock: Clock, stream: bool) -> None:
         e2e = time.perf_counter() - clock.arrived
+        counts = [("prompt_tokens", prefilled), ("generation_tokens", generated), ("requests", 1)]
+        counts += [("prefix_queries", prefilled), ("prefix_hits", clock.cached if prefilled else 0)]
         with self.lock:
-            for key, value in (("prompt_tokens", prefilled), ("generation_tokens", generated), ("requests", 1)):
+            for key, value in counts:
+                if key not in self.family:
+                    continue
                 extra = self._extra(key, stream)
                 self._series(key, extra)
                 self.counters[key][extra] += value
@@ -686,6 +744,7 @@ class Engine:
         self.last_gen_throughput = 0.0
         self.requests = self.generated_tokens = 0  # model passes started / tokens made, for /server_info
         self.rooms = Rooms()
+        self.prefix_cache = None if args.disable_radix_cache else PrefixCache(args.prefix_cache_tokens)
 
     def prompt_tokens(self, prompt: object) -> list[int]:
         if isinstance(prompt, list) and len(prompt) == 1 and not isinstance(prompt[0], int):
@@ -708,7 +767,7 @@ class Engine:
         """Yield the generated token ids one by one, holding the model for the whole request (or, with a
         capacity, as the scheduler's steps make them). ``prefill``: the prompt is this server's to prefill (it
         costs ``--prefill-ms-per-token``); ``clock`` takes the times it queued and was admitted."""
-        prefill_s = self.prefill_s_per_token * len(tokens) if prefill else 0.0
+        prefill_s = self.prefill_s_per_token * (len(tokens) - (clock.cached if clock else 0)) if prefill else 0.0
         if clock is not None:
             clock.queued = time.perf_counter()
         if self.scheduler is not None:
@@ -746,14 +805,14 @@ class Engine:
         self.requests += 1
         self.generated_tokens += tokens
 
-    def tokens_for(self, request: dict, tokens: list[int], max_tokens: int) -> tuple[int, Iterator[int]]:
-        """How many tokens this server streams for the request, and their iterator (timed for ``/metrics`` when it
-        is on)."""
+    def tokens_for(self, request: dict, tokens: list[int], max_tokens: int) -> tuple[int, Iterator[int], int]:
+        """How many tokens this server streams for the request, their iterator (timed for ``/metrics`` when it
+        is on), and the prompt tokens it found in its prefix cache."""
         clock = Clock()
         max_tokens, tokens_out, prefilled, bootstrapped = self._plan(request, tokens, max_tokens, clock)
         if self.metrics is not None:
             tokens_out = self.metrics.observed(tokens_out, clock, prefilled, bootstrapped, bool(request.get("stream")))
-        return max_tokens, tokens_out
+        return max_tokens, tokens_out, clock.cached
 
     def _plan(
         self, request: dict, tokens: list[int], max_tokens: int, clock: Clock
@@ -764,6 +823,8 @@ class Engine:
         the first token and leaves it in the room; the decode server takes it from the prefill server's bootstrap
         port, streams it, and decodes the rest."""
         room = request.get("bootstrap_room")
+        if self.prefix_cache is not None and (room is None or self.args.role != "decode"):
+            clock.cached = self.prefix_cache.match_and_insert(tokens)
         if room is None or self.args.role == "both":
             self._check_kv(len(tokens) + max_tokens)
             return max_tokens, self.generate(tokens, max_tokens, clock=clock), len(tokens), 0
@@ -861,13 +922,14 @@ class Engine:
         }
 
 
-def completion_usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    """A completion's ``usage`` as SGLang reports it."""
+def completion_usage(prompt: tuple[int, int], completion_tokens: int) -> dict:
+    """A completion's ``usage`` as SGLang reports it; ``prompt``: its tokens and those found in the prefix cache."""
+    prompt_tokens, cached = prompt
     return {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
-        "prompt_tokens_details": None,
+        "prompt_tokens_details": {"cached_tokens": cached} if cached else None,
         "reasoning_tokens": 0,
     }
 
@@ -935,6 +997,8 @@ class Handler(BaseHTTPRequestHandler):
                 self._flush_cache()
             elif path == "/v1/completions":
                 self._completions(request)
+            elif path == "/v1/chat/completions":
+                self._chat(request)
             elif path == "/generate":
                 self._generate(request)
             elif path in ("/tokenize", "/v1/tokenize"):
@@ -960,7 +1024,9 @@ class Handler(BaseHTTPRequestHandler):
             self._error(404, f"The model '{name}' does not exist")
 
     def _flush_cache(self) -> None:
-        self._send(200, b"Cache flushed.\nThere is no prefix cache in this server; nothing was done.\n", "text/plain")
+        if self.engine.prefix_cache is not None:
+            self.engine.prefix_cache.flush()
+        self._send(200, b"Cache flushed.\nPlease check backend logs for more details.\n", "text/plain")
 
     def _tokenize(self, request: dict) -> None:
         """``POST /tokenize``: the prompt's token ids."""
@@ -989,39 +1055,58 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
         self.wfile.flush()
 
-    def _completions(self, request: dict) -> None:
+    def _chat(self, request: dict) -> None:
+        """OpenAI chat completions (a multi-turn client sends the whole conversation each turn): the messages as one
+        prompt, ``role: content`` lines (the tiny model has no chat template), streamed as ``delta`` chunks."""
+        messages = request.get("messages")
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise BadRequest("messages must be a list of {role, content}")
+        text = "".join(f"{m.get('role', 'user')}: {m.get('content') or ''}\n" for m in messages) + "assistant: "
+        self._completions({**request, "prompt": text, "max_tokens": request.get("max_tokens")}, chat=True)
+
+    def _completions(self, request: dict, chat: bool = False) -> None:
         """OpenAI completions as SGLang streams them: one chunk per token, the finish reason on the last."""
         engine = self.engine
         tokens = engine.prompt_tokens(request["prompt"])
-        max_tokens = int(request.get("max_tokens") or 16)
+        max_tokens = int(request.get("max_tokens") or request.get("max_completion_tokens") or 16)
         if max_tokens < 1 or len(tokens) + max_tokens > CONTEXT_LEN:
             raise BadRequest(f"need max_tokens >= 1 and prompt + max_tokens <= {CONTEXT_LEN}")
-        head = {
+        head: dict = {
             "id": uuid.uuid4().hex,
-            "object": "text_completion",
+            "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()),
             "model": request.get("model") or engine.served_model_name,
         }
         options = request.get("stream_options") or {}
-        max_tokens, tokens_out = engine.tokens_for(request, tokens, max_tokens)
+        max_tokens, tokens_out, cached = engine.tokens_for(request, tokens, max_tokens)
+        # SGLang's OpenAI endpoints say the prompt tokens found in the prefix cache under "sglext"
+        head["sglext"] = {"cached_tokens_details": {"device": cached, "host": 0}}
         if not request.get("stream"):
-            self._whole_completion(head, len(tokens), tokens_out)
+            self._whole_completion(head, (len(tokens), cached), tokens_out)
         else:
-            self._streamed_completion(head, len(tokens), tokens_out, max_tokens, options)
+            self._streamed_completion(head, (len(tokens), cached), tokens_out, max_tokens, options)
 
-    def _whole_completion(self, head: dict, prompt_tokens: int, tokens_out: Iterator[int]) -> None:
+    def _choice(self, head: dict, text: str, finish_reason: str | None, whole: bool = False) -> dict:
+        """A completion's choice, or a chat completion's (``message`` whole, ``delta`` streamed)."""
+        if head["object"] == "text_completion":
+            return completion_choice(text, finish_reason)
+        content = {"role": "assistant", "content": text}
+        return {"index": 0, "message" if whole else "delta": content, "finish_reason": finish_reason}
+
+    def _whole_completion(self, head: dict, prompt_tokens: tuple[int, int], tokens_out: Iterator[int]) -> None:
         """A completion not streamed: every token's text in one response."""
         generated = list(tokens_out)
-        choice = completion_choice(self.engine.tokenizer.decode(generated), "length")
+        choice = self._choice(head, self.engine.tokenizer.decode(generated), "length", whole=True)
         self._json(200, {**head, "choices": [choice], "usage": completion_usage(prompt_tokens, len(generated))})
 
     def _streamed_completion(
-        self, head: dict, prompt_tokens: int, tokens_out: Iterator[int], max_tokens: int, options: dict
+        self, head: dict, prompt_tokens: tuple[int, int], tokens_out: Iterator[int], max_tokens: int, options: dict
     ) -> None:
         """A completion streamed: one chunk per token (with the usage so far when asked), then the usage."""
         self._start_stream()
+        head = {**head, "object": "chat.completion.chunk"} if head["object"] != "text_completion" else head
         for n, token in enumerate(tokens_out, start=1):
-            choice = completion_choice(self.engine.tokenizer.decode([token]), "length" if n == max_tokens else None)
+            choice = self._choice(head, self.engine.tokenizer.decode([token]), "length" if n == max_tokens else None)
             usage = completion_usage(prompt_tokens, n) if options.get("continuous_usage_stats") else None
             self._event({**head, "choices": [choice], "usage": usage})
         if options.get("include_usage"):
@@ -1053,12 +1138,12 @@ class Handler(BaseHTTPRequestHandler):
                     "finish_reason": {"type": "length", "length": max_tokens} if done else None,
                     "prompt_tokens": len(tokens),
                     "completion_tokens": len(generated),
-                    "cached_tokens": 0,
+                    "cached_tokens": cached,
                     "e2e_latency": time.time() - start,
                 },
             }
 
-        max_tokens, tokens_out = engine.tokens_for(request, tokens, max_tokens)
+        max_tokens, tokens_out, cached = engine.tokens_for(request, tokens, max_tokens)
         if not request.get("stream"):
             generated += tokens_out
             self._json(200, event())
@@ -1126,6 +1211,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prefill-ms-per-token", type=float, default=0.0, help="prefill: ms per prompt token")
     parser.add_argument("--decode-step-ms", type=float, help="decode: the scheduler, each step at least this (ms)")
     parser.add_argument("--max-kv-tokens", type=int, help="the KV pool in tokens: admission and retraction")
+    parser.add_argument("--disable-radix-cache", action="store_true", help="no prefix cache (as SGLang's flag)")
+    parser.add_argument("--prefix-cache-tokens", type=int, default=1 << 20, help="the prefix cache's size (tokens)")
     parser.add_argument("--enable-metrics", action="store_true", help="GET /metrics: Prometheus text")
     parser.add_argument("--metrics-names", choices=["sglang", "vllm"], help="whose metric names (default sglang)")
     args = parser.parse_args(argv)

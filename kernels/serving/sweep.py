@@ -14,6 +14,13 @@ is imported once, here, and each phase runs the client's command line in a fork 
   ... --save-result --save-detailed --result-dir <dir> --result-filename <phase>.json`` (``vllm bench serve``)
 * ``--client local`` (or ``loadgen``): the project's own ``loadgen.py``, which prints SGLang's block.
 
+``--request-rate 2,4,8`` sweeps request rates in place of concurrency levels (``--prompts`` pairs with them; the
+arrivals are Poisson, or gamma with ``--burstiness``, vLLM and the local client only; ``--max-concurrency`` caps
+the requests in flight); the header is then ``===== pd request_rate=4 (n=24) =====``. ``--dataset`` is random
+(``range_ratio``: lengths in [r x len, len]), a ShareGPT-format file (``path``, checked against ``sha256`` before
+the first phase; the run stops with the reason when it differs), or generated shared prefixes (SGLang's
+``generated-shared-prefix``, vLLM's ``prefix_repetition``); see benchflow/kinds/serving/workload.py.
+
 The model and tokenizer are the server's: the clients ask ``/v1/models`` (and SGLang's ``/model_info``);
 ``--tokenizer`` overrides. Each phase runs ``--repeats`` times back to back (the servers stay up), after one
 warm-up phase at the first level when ``--warmup`` is given. Prints ``===== pd concurrency=8 (n=24) =====``
@@ -58,7 +65,11 @@ says how they were found (``timing``):
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
+import hashlib
 import heapq
+import importlib.util
 import json
 import math
 import os
@@ -114,15 +125,26 @@ class Phase:
     rate: float | None = None
 
     def load(self) -> str:
-        return f"concurrency={self.concurrency}" if self.rate is None else f"request_rate={self.rate:g}"
+        rate = f"request_rate={rate_text(self.rate)}" if self.rate is not None else ""
+        cap = f"concurrency={self.concurrency}" if self.concurrency is not None else ""
+        return " ".join(p for p in (rate, cap) if p)
 
     def tag(self) -> str:
         return " warmup" if self.repeat == 0 else f" repeat={self.repeat}" if self.repeat > 1 else ""
 
     def stem(self) -> str:
-        return (
-            f"phase_c{self.concurrency}_r{self.repeat}" if self.rate is None else f"phase_q{self.rate:g}_r{self.repeat}"
-        )
+        rate = "" if self.rate is None else f"q{rate_text(self.rate)}"
+        cap = "" if self.concurrency is None else f"c{self.concurrency}"
+        return f"phase_{rate}{cap}_r{self.repeat}"
+
+
+def rate_text(rate: float) -> str:
+    """A rate as the phase header writes it, never in exponent form: 4 → ``4``, 0.25 → ``0.25``."""
+    return format(rate, ".6f").rstrip("0").rstrip(".")
+
+
+def float_list(text: str) -> list[float]:
+    return [float(v) for v in text.split(",") if v.strip()]
 
 
 @dataclass
@@ -135,45 +157,92 @@ class PhaseData:
 
 
 def client_command(args: argparse.Namespace, phase: Phase, result: Path) -> list[str]:
-    if args.client in ("local", "loadgen"):
-        return [
-            sys.executable,
-            str(HERE / "loadgen.py"),
-            "--base-url",
-            args.base_url,
-            "--num-prompts",
-            str(phase.prompts),
-            "--max-concurrency",
-            str(phase.concurrency),
-            "--input-len",
-            str(args.input_len),
-            "--output-len",
-            str(args.output_len),
-            "--output-file",
-            str(result),
-            "--requests-file",
-            str(result.with_suffix(".requests.jsonl")),
-        ]
-    lengths = ["--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len)]
     load = ["--num-prompts", str(phase.prompts)]
     load += ["--max-concurrency", str(phase.concurrency)] if phase.concurrency is not None else []
-    load += ["--request-rate", f"{phase.rate:g}"] if phase.rate is not None else []
+    load += ["--request-rate", rate_text(phase.rate)] if phase.rate is not None else []
+    if args.client in ("local", "loadgen"):
+        command = [sys.executable, str(HERE / "loadgen.py"), "--base-url", args.base_url, *load]
+        command += ["--input-len", str(args.input_len), "--output-len", str(args.output_len)]
+        command += ["--range-ratio", str(args.dataset.get("range_ratio", 1))]
+        command += ["--burstiness", str(args.burstiness)] if args.burstiness is not None else []
+        return [*command, "--output-file", str(result), "--requests-file", str(result.with_suffix(".requests.jsonl"))]
     load += ["--model", args.model] if args.model else []
     load += ["--tokenizer", args.tokenizer] if args.tokenizer else []
     backend = args.backend or DEFAULT_BACKEND.get(args.client, "")
+    if args.client == "sglang" and int(args.dataset.get("turns") or 1) > 1 and not args.backend:
+        backend = "sglang-oai-chat"  # SGLang's multi-turn shared-prefix workload speaks only to chat endpoints
     if args.client == "sglang":
-        # --random-range-ratio 1: every prompt exactly input_len tokens and every output exactly output_len.
         sglang = ["-m", "sglang.bench_serving", "--backend", backend, "--base-url", args.base_url]
-        sglang += ["--dataset-name", args.dataset, *lengths, "--random-range-ratio", "1", *load]
+        sglang += [*sglang_dataset(args, phase), *load]
+        # each request's prompt tokens found in the server's prefix cache, in the saved details; every phase starts
+        # with an empty cache (a repeat sends the same prompts: the cache would hold them all)
+        sglang += [f for f in ("--cache-report", "--flush-cache") if sglang_knows(f)]
         return [sys.executable, *sglang, "--output-file", str(result), "--output-details"]
-    # vLLM's random range ratio is a ± spread: its default 0 gives fixed lengths. random-ids is SGLang's name.
     # E2E latency and the p90/p95 lines are printed only when asked for; SGLang prints them all by default.
-    dataset = "random" if args.dataset == "random-ids" else args.dataset
     vllm = ["-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", backend, "--base-url", args.base_url]
-    vllm += ["--endpoint", "/v1/completions", "--dataset-name", dataset, *lengths, *load]
+    vllm += ["--endpoint", "/v1/completions", *vllm_dataset(args), *load]
+    vllm += ["--burstiness", str(args.burstiness)] if args.burstiness is not None else []
     vllm += ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "90,95,99"]
     saved = ["--save-result", "--save-detailed", "--result-dir", str(result.parent), "--result-filename", result.name]
     return [sys.executable, *vllm, *saved]
+
+
+@functools.cache
+def sglang_knows(flag: str) -> bool:
+    """Whether the host's SGLang client takes ``flag`` (``--cache-report``: 2026-06 on): read from its source."""
+    for module in ("sglang.benchmark.serving", "sglang.bench_serving"):
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None and spec.origin and f'"{flag}"' in Path(spec.origin).read_text(errors="replace"):
+            return True
+    return False
+
+
+def sglang_dataset(args: argparse.Namespace, phase: Phase) -> list[str]:
+    """SGLang's ``bench_serving`` arguments for the dataset. Random: ``random-ids`` with ``--random-range-ratio r``
+    (lengths uniform in [r x len, len]; 1: every prompt exactly input_len, every output output_len)."""
+    data, out = args.dataset, str(args.output_len)
+    if data["name"] == "sharegpt":
+        kind = "custom" if data["path"].endswith(".jsonl") else "sharegpt"
+        return ["--dataset-name", kind, "--dataset-path", data["path"], "--sharegpt-output-len", out]
+    if data["name"] == "shared-prefix":
+        groups = int(data.get("groups", 1))
+        gsp = ["--dataset-name", "generated-shared-prefix", "--gsp-num-groups", str(groups)]
+        turns = int(data.get("turns") or 1)
+        gsp += ["--gsp-prompts-per-group", str(max(1, phase.prompts // (groups * turns)))]
+        gsp += ["--gsp-system-prompt-len", str(data.get("system_prompt_len", args.input_len))]
+        gsp += ["--gsp-question-len", str(data.get("question_len", 16)), "--gsp-output-len", out]
+        return [*gsp, "--gsp-num-turns", str(data["turns"])] if data.get("turns") else gsp
+    ratio = str(data.get("range_ratio", 1))
+    lengths = ["--random-input-len", str(args.input_len), "--random-output-len", out]
+    return [
+        "--dataset-name",
+        "random-ids" if data["name"] == "random" else data["name"],
+        *lengths,
+        "--random-range-ratio",
+        ratio,
+    ]
+
+
+def vllm_dataset(args: argparse.Namespace) -> list[str]:
+    """``vllm bench serve``'s arguments for the dataset. Its random range ratio is a ± spread around the given
+    length, so [r x len, len] is asked as a centre of len (1 + r) / 2 and a spread of (1 - r) / (1 + r)."""
+    data, out = args.dataset, args.output_len
+    if data["name"] == "sharegpt":
+        return ["--dataset-name", "sharegpt", "--dataset-path", data["path"], "--sharegpt-output-len", str(out)]
+    if data["name"] == "shared-prefix":
+        prefix = ["--dataset-name", "prefix_repetition", "--prefix-repetition-num-prefixes", str(data.get("groups", 1))]
+        prefix += ["--prefix-repetition-prefix-len", str(data.get("system_prompt_len", args.input_len))]
+        prefix += ["--prefix-repetition-suffix-len", str(data.get("question_len", 16))]
+        return [*prefix, "--prefix-repetition-output-len", str(out)]
+    ratio = float(data.get("range_ratio", 1))
+    spread = (1 - ratio) / (1 + ratio)
+    centre_in, centre_out = (round(n * (1 + ratio) / 2) for n in (args.input_len, out))
+    lengths = ["--random-input-len", str(centre_in), "--random-output-len", str(centre_out)]
+    name = "random" if data["name"] in ("random", "random-ids") else data["name"]
+    return ["--dataset-name", name, *lengths, "--random-range-ratio", f"{spread:.6g}"]
 
 
 def served_model(base_url: str) -> str | None:
@@ -195,6 +264,8 @@ def request_rows(summary: dict, label: str, concurrency: int | None) -> list[dic
     errors = summary.get("errors") or ["" for _ in ttfts]
     input_lens = summary.get("input_lens") or [None for _ in ttfts]
     output_lens = summary.get("output_lens") or [None for _ in ttfts]
+    saved = summary.get("cached_tokens")  # SGLang's --cache-report: per request, from the server's meta_info
+    cached: list[Any] = saved if isinstance(saved, list) else []
     rows = []
     for seq, (ttft, gaps, error, input_len, output_len) in enumerate(
         zip(ttfts, itls, errors, input_lens, output_lens, strict=False)
@@ -216,6 +287,7 @@ def request_rows(summary: dict, label: str, concurrency: int | None) -> list[dic
                 "e2e_ms": (ttft + sum(gaps)) * 1e3 if ok else None,
                 "mean_itl_ms": sum(gaps) / len(gaps) * 1e3 if ok and gaps else None,
                 "error": (error or "")[-2000:],
+                "cached_tokens": cached[seq] if seq < len(cached) and _time(cached[seq]) else None,
             }
         )
     return rows
@@ -307,9 +379,20 @@ def run_client(args: argparse.Namespace, phase: Phase, result: Path) -> tuple[in
     return code, anchors
 
 
+def requests_sent(args: argparse.Namespace, prompts: int) -> int:
+    """The requests a phase of ``prompts`` sends: as many, except with SGLang's generated shared-prefix workload,
+    which sends whole groups (groups x prompts per group x turns; the fewest of those holding ``prompts``)."""
+    data = args.dataset
+    if args.client != "sglang" or data["name"] != "shared-prefix":
+        return prompts
+    groups, turns = int(data.get("groups") or 1), int(data.get("turns") or 1)
+    return groups * turns * max(1, math.ceil(prompts / (groups * turns)))
+
+
 def run_phase(args: argparse.Namespace, phases_dir: Path, phase: Phase) -> PhaseData | None:
     """One phase: its header, the client's output, its --out rows and request rows (with their times), and its
     line in ``phases.jsonl``; None when the client failed or wrote no result."""
+    phase = dataclasses.replace(phase, prompts=requests_sent(args, phase.prompts))
     print(f"===== {args.label} {phase.load()} (n={phase.prompts}){phase.tag()} =====", flush=True)
     result = phases_dir / f"{phase.stem()}.json"
     result.unlink(missing_ok=True)
@@ -351,9 +434,9 @@ def keep_results(args: argparse.Namespace, phase: Phase, result: Path, anchors: 
         lines = raw_requests.read_text().splitlines()
         data.requests = [{**json.loads(line), **where} for line in lines if line.strip()]
     last = summaries[-1] if summaries else {}
-    if phase.concurrency is None and not isinstance(last.get("start_times"), list):
-        # A request-rate probe sends on a random (Poisson) schedule: no slot order places its requests in time.
-        data.timing = "none: a request-rate probe, and the client saved no start times"
+    if phase.rate is not None and not isinstance(last.get("start_times"), list):
+        # A request-rate phase sends on a random (Poisson) schedule: no slot order places its requests in time.
+        data.timing = "none: a request-rate phase, and the client saved no start times"
     else:
         data.timing = add_times(data.requests, phase.concurrency or len(data.requests), last, anchors)
     if data.requests:
@@ -363,10 +446,16 @@ def keep_results(args: argparse.Namespace, phase: Phase, result: Path, anchors: 
 
 
 def fixed_sweep(args: argparse.Namespace, phases_dir: Path) -> list[str]:
-    """Every level, ``--repeats`` times, after the warm-up; the phases that failed."""
-    plan = [Phase(args.concurrency[0], args.prompts[0], 0)] if args.warmup else []
-    levels = zip(args.concurrency, args.prompts, strict=True)
-    plan += [Phase(c, n, r) for c, n in levels for r in range(1, args.repeats + 1)]
+    """Every level (concurrency, or request rate under ``--max-concurrency``), ``--repeats`` times, after the
+    warm-up; the phases that failed."""
+    if args.request_rate:
+        levels = [(args.max_concurrency, q) for q in args.request_rate]
+    else:
+        levels = [(c, None) for c in args.concurrency]
+    first = levels[0]
+    plan = [Phase(first[0], args.prompts[0], 0, rate=first[1])] if args.warmup else []
+    paired = zip(levels, args.prompts, strict=True)
+    plan += [Phase(c, n, r, rate=q) for (c, q), n in paired for r in range(1, args.repeats + 1)]
     return [f"{p.load()} repeat={p.repeat}" for p in plan if run_phase(args, phases_dir, p) is None]
 
 
@@ -433,10 +522,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--client", choices=["sglang", "vllm", "local", "loadgen"], default="sglang")
     parser.add_argument("--backend", help="the client's --backend (default: sglang for SGLang, vllm for vLLM)")
-    parser.add_argument("--dataset", default="random-ids", help="random-ids (no download) or random (ShareGPT)")
+    parser.add_argument(
+        "--dataset",
+        default="random",
+        help="random (no download), or JSON of benchmark.dataset: random with range_ratio, sharegpt with path and "
+        "sha256 (checked before the first phase), shared-prefix with groups, system_prompt_len, question_len, turns",
+    )
     parser.add_argument("--model", help="model id to request (default: the first of the server's /v1/models)")
     parser.add_argument("--tokenizer", help="tokenizer path or id (default: the model's)")
     parser.add_argument("--concurrency", type=int_list, default=[1, 8, 16])
+    parser.add_argument("--request-rate", type=float_list, help="request rates (req/s) in place of --concurrency")
+    parser.add_argument("--max-concurrency", type=int, help="the cap on requests in flight of a request-rate sweep")
+    parser.add_argument("--burstiness", type=float, help="gamma shape of a rate sweep's arrivals (1: Poisson)")
     parser.add_argument("--prompts", type=int_list, default=[6, 24, 32])
     parser.add_argument("--input-len", type=int, default=256)
     parser.add_argument("--output-len", type=int, default=256)
@@ -451,8 +548,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="a new interpreter for each phase's client (default: the client imported once, each phase a fork)",
     )
     args = parser.parse_args(argv)
-    if len(args.concurrency) != len(args.prompts):
-        parser.error("--concurrency and --prompts need the same number of values")
+    levels = "--request-rate" if args.request_rate else "--concurrency"
+    if len(args.request_rate or args.concurrency) != len(args.prompts):
+        parser.error(f"{levels} and --prompts need the same number of values")
+    if args.request_rate and any(not 0 < q < math.inf for q in args.request_rate):
+        parser.error("--request-rate: each rate a positive, finite number of requests/s")
+    if args.burstiness is not None and args.client == "sglang" and args.burstiness != 1:
+        parser.error("--burstiness other than 1 needs the vllm or local client: SGLang's bench_serving sends Poisson")
+    try:
+        args.dataset = dataset_spec(args.dataset, args.client)
+    except ValueError as exc:
+        parser.error(f"--dataset: {exc}")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     if args.search is not None:
@@ -460,13 +566,45 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             args.search = loadsearch.Plan.from_dict(json.loads(args.search))
         except (ValueError, KeyError, TypeError) as exc:
             parser.error(f"--search: {exc}")
-        if args.search.over == "request_rate" and args.client in ("local", "loadgen"):
-            parser.error("--search over request_rate needs a client with --request-rate (sglang or vllm)")
     return args
+
+
+def dataset_spec(text: str, client: str) -> dict[str, Any]:
+    """``--dataset`` as a dict: a bare name (``random``; ``random-ids`` is SGLang's name for it) or JSON."""
+    data = json.loads(text) if text.lstrip().startswith("{") else {"name": text}
+    if data.get("name") == "random-ids":
+        data["name"] = "random"
+    if data.get("name") not in ("random", "sharegpt", "shared-prefix"):
+        raise ValueError(f"{data.get('name')!r}: random, sharegpt or shared-prefix (nothing is downloaded)")
+    if client in ("local", "loadgen") and data["name"] != "random":
+        raise ValueError(f"a {data['name']} dataset needs the sglang or vllm client (the local one sends random)")
+    if data["name"] == "sharegpt" and client == "vllm" and str(data.get("path", "")).endswith(".jsonl"):
+        raise ValueError("vllm bench serve reads ShareGPT as a .json file (its .jsonl 'custom' has other records)")
+    return data
+
+
+def check_dataset(data: dict[str, Any]) -> str | None:
+    """Why the dataset file cannot be used (missing, or not the sha256 the spec recorded); None when it can."""
+    if "path" not in data:
+        return None
+    path = Path(data["path"])
+    if not path.is_file():
+        return f"dataset file {path} does not exist on this host"
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    if data.get("sha256") and digest.hexdigest() != data["sha256"]:
+        return f"dataset file {path} has sha256 {digest.hexdigest()}, not {data['sha256']} as the spec records"
+    print(f"dataset {data['name']} {path}: sha256 {digest.hexdigest()}", flush=True)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if problem := check_dataset(args.dataset):
+        print(problem, flush=True)
+        return 2
     if args.client == "vllm" and not args.model:
         args.model = served_model(args.base_url)
     phases_dir = args.out.parent / f"phases_{args.label}"

@@ -343,9 +343,10 @@ def pass_load_figures(
     rows = queries.pass_load_rows(warehouse, spec.result_kind.table, spec.dag_id, run_id)
     verdicts = queries.bottlenecks(warehouse, spec.dag_id, run_id)
     price, out = search.meta.get("price", {}), {}
+    axis = spec.benchmark.search.over  # type: ignore[attr-defined]
     for name, answer in answers.items():
         load = answer["pass_load"]
-        mine = rows[(rows["config"] == name) & (rows["concurrency"] == load)] if load is not None else rows.iloc[0:0]
+        mine = rows[(rows["config"] == name) & (rows[axis] == load)] if load is not None else rows.iloc[0:0]
         if not len(mine) or name not in search.gpus:
             continue
         gpus, tokens = search.gpus[name], float(mine["output_throughput"].mean())
@@ -359,7 +360,7 @@ def pass_load_figures(
             "cost_per_mtok": _cost(price, gpus, tokens, j_per_token),
             "validity": "ok" if set(mine["validity"].fillna("ok")) == {"ok"} else "not ok",
         }
-        said = verdicts[(verdicts["config"] == name) & (verdicts["concurrency"] == load)]
+        said = verdicts[(verdicts["config"] == name) & (verdicts[axis] == load)]
         figures["bottleneck"] = str(said["says"].iloc[-1]) if len(said) else None
         out[name] = figures
     return out

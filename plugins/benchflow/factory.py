@@ -22,6 +22,7 @@ services. Campaigns on other hosts run alongside.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, BaseOperator, Param, TaskGroup, TriggerRule, XComArg
 
+from benchflow.hosts import RUN_HOST
 from benchflow.operators import (
     ARGS_KEY,
     AcquireHostSensor,
@@ -54,9 +56,10 @@ from benchflow.pipeline import RESULTS_ASSET
 from benchflow.telemetry.run import FILES as TELEMETRY_FILES
 
 if TYPE_CHECKING:
-    from benchflow.spec import CampaignSpec, ServingConfig, SpecError
+    from benchflow.spec import CampaignSpec, Decide, ServingConfig, SpecError
 
 START_DATE = datetime(2026, 1, 1)
+log = logging.getLogger(__name__)
 
 
 def _seconds(value: float) -> timedelta:
@@ -66,13 +69,42 @@ def _seconds(value: float) -> timedelta:
 FILE_RESERVE_S = 3.0  # of the DAG file's import timeout, left for what comes after the builds
 
 
+def define_campaigns(namespace: dict[str, Any], folder: Path | None = None) -> None:
+    """What a DAG file of campaigns does (``dags/campaigns.py``; a spec repository's, ``include/spec-repo/``): the
+    DAG of every good spec of ``folder`` (the campaigns folder by default) into the file's ``namespace``, each
+    rejected spec logged with its file, line and field. A worker parsing the file to run one task (Airflow's
+    parsing context names the DAG) builds that campaign alone."""
+    from airflow.sdk import get_parsing_context
+
+    dags, errors = build_all(only_dag=get_parsing_context().dag_id, folder=folder)
+    for error in errors:
+        log.error("campaign spec rejected, no DAG built:\n%s", error)
+    for dag in dags:
+        namespace[dag.dag_id] = dag
+
+
+def raise_rejected(folder: Path | None = None) -> None:
+    """What a DAG file of campaign errors does (``dags/campaign_errors.py``): fail to import, with every rejected
+    spec of ``folder`` by file, line and field, when (and only when) some spec was rejected; the Airflow UI shows
+    it as the file's import error. Specs are read and checked, never built; nothing when parsing for one task."""
+    from airflow.sdk import get_parsing_context
+
+    from benchflow.spec import RejectedSpecs
+
+    if get_parsing_context().dag_id is None:
+        _, errors = build_all(build=False, register=False, folder=folder)
+        if errors:
+            raise RejectedSpecs(errors)
+
+
 def build_all(
-    build: bool = True, register: bool = True, only_dag: str | None = None
+    build: bool = True, register: bool = True, only_dag: str | None = None, folder: Path | None = None
 ) -> tuple[list[DAG], list[SpecError]]:
-    """Every spec of the campaigns folder, each on its own and within its own time budget (``SpecLimits.seconds``
-    to read, check and build it): the DAGs of the good ones (when ``build``) and the errors of the others. Two
-    specs may not share a DAG id (``x.yaml`` and ``x.yml``, say). ``register=False`` builds DAGs that the file
-    being parsed does not define; ``dags/campaign_errors.py`` reads and checks with ``build=False``.
+    """Every spec of ``folder`` (the campaigns folder by default), each on its own and within its own time budget
+    (``SpecLimits.seconds`` to read, check and build it): the DAGs of the good ones (when ``build``) and the
+    errors of the others. Two specs may not share a DAG id (``x.yaml`` and ``x.yml``, say). ``register=False``
+    builds DAGs that the file being parsed does not define; :func:`raise_rejected` reads and checks with
+    ``build=False``.
 
     Within Airflow's import timeout of the DAG file no spec's budget reaches past :data:`FILE_RESERVE_S` before
     its end; once the specs before have used that much, the others are not built but errors naming the reason
@@ -85,7 +117,7 @@ def build_all(
 
     from benchflow.spec import DAG_PREFIX, spec_paths
 
-    paths, errors = spec_paths()
+    paths, errors = spec_paths(folder)
     if only_dag is not None:
         paths, errors = [p for p in paths if DAG_PREFIX + p.stem == only_dag], []
     warm_up()
@@ -208,6 +240,7 @@ def build_dag(spec: CampaignSpec, register: bool = True) -> DAG:
         catchup=False,
         max_active_runs=len(spec.host_ids),
         dagrun_timeout=_seconds(timeouts.host_wait + spec.lease_seconds()),
+        deadline=_deadline(spec),
         tags=["bench", spec.kind, *spec.tags],
         doc_md=f"**{spec.name}** ({spec.kind} campaign on host `{spec.host}`)\n\n{spec.description}\n\n"
         f"Spec: `include/campaigns/{spec.name}.yaml` (sha256 `{spec.spec_hash()[:12]}`)\n\n{__doc__}",
@@ -215,9 +248,10 @@ def build_dag(spec: CampaignSpec, register: bool = True) -> DAG:
     ) as dag:
         several = len(spec.host_ids) > 1
         on_host: dict[str, Any] = {
-            "host_id": "{{ params.host }}" if several else spec.host,
+            "host_id": RUN_HOST if several else spec.host,
             "host_ids": spec.host_ids if several else [],
             "pool": spec.pool,
+            **_edge_routing(spec.host),
         }
         preflight, deploy, fetch = _host_stages(spec, on_host)
         _results(spec, preflight, deploy, fetch)
@@ -230,6 +264,45 @@ def build_dag(spec: CampaignSpec, register: bool = True) -> DAG:
     for name, (default, schema) in _run_options(spec).items():
         dag.params[name] = Param(default, **schema)
     return dag
+
+
+def _edge_routing(host: str) -> dict[str, str]:
+    """An ``edge:<queue>`` host's tasks run on the Edge worker of that queue (the Edge provider's executor), on the
+    GPU host itself, which takes no inbound connection; any other host's run on the default executor's workers."""
+    from benchflow.hosts import EDGE_EXECUTOR, edge_queue
+
+    queue = edge_queue(host)
+    return {"executor": EDGE_EXECUTOR, "queue": queue} if queue else {}
+
+
+EDGE_RESCHEDULE_S = 15.0
+
+
+def _reschedule_interval(seconds: float, on_host: dict[str, Any]) -> float:
+    """A sensor's interval between two checks in reschedule mode: on an Edge host, :data:`EDGE_RESCHEDULE_S` at
+    least. Airflow 3.3's scheduler fails a rescheduled task as "killed externally" when the executor's report that
+    its last check ended comes after the task was scheduled for its next one; the Edge executor reports through
+    the database, a scheduler loop or more later, so checks a second apart lost runs on a loaded machine."""
+    return max(seconds, EDGE_RESCHEDULE_S) if "executor" in on_host else seconds
+
+
+def _deadline(spec: CampaignSpec) -> Any:
+    """The spec's deadline as an Airflow deadline alert whose callback (in the triggerer) tells the notifier."""
+    after = spec.deadline_after()
+    if after is None:
+        return None
+    from airflow.sdk.definitions.callback import AsyncCallback
+    from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
+
+    reference, interval = after
+    kwargs = {"notify": spec.regressions.notify, "deadline": spec.deadline}
+    return DeadlineAlert(
+        reference=DeadlineReference.DAGRUN_QUEUED_AT
+        if reference == "queued"
+        else DeadlineReference.DAGRUN_LOGICAL_DATE,
+        interval=interval,
+        callback=AsyncCallback("benchflow.deadline_alert.missed", kwargs=kwargs),
+    )
 
 
 def _run_options(spec: CampaignSpec) -> dict[str, tuple[Any, dict[str, Any]]]:
@@ -262,8 +335,11 @@ def _before_benchmark(
         task_id="acquire_host",
         lease_ttl_s=spec.lease_seconds(),
         timeout=timeouts.host_wait,
-        poke_interval=timeouts.host_poke_interval,
-        retries=0,
+        poke_interval=_reschedule_interval(timeouts.host_poke_interval, on_host),
+        # taking the lease is idempotent for its owner: a poke lost to the host or the worker (an SSH drop, a
+        # task that never started on a busy worker) is tried again; the wait's own timeout is never retried
+        retries=2,
+        retry_delay=timedelta(seconds=5),
         **on_host,
     )
     stop = StopServicesOperator(
@@ -282,6 +358,7 @@ def _before_benchmark(
         payload=spec.payload_name,
         git=spec.git_payload.model_dump() if spec.git_payload else None,
         requires=spec.requires,
+        shipped=[str(path) for path in spec.result_kind.shipped(spec.benchmark)],
         execution_timeout=_seconds(timeouts.deploy),
         **on_host,
     )
@@ -412,8 +489,10 @@ def _benchmark_chain(
         marker=bench.marker,
         benchmark_timeout=timeouts.benchmark,
         job=job,
-        poke_interval=timeouts.poke_interval,
-        deferrable=bench.deferrable,
+        poke_interval=_reschedule_interval(timeouts.poke_interval, on_host),
+        # on an Edge host the triggerer cannot see the log: the worker there checks it, in reschedule mode
+        deferrable=bench.deferrable and "executor" not in on_host,
+        mode="reschedule" if "executor" in on_host else "poke",
         retries=0,
         **on_host,
     )
@@ -430,6 +509,7 @@ def _results(spec: CampaignSpec, preflight: BaseOperator, deploy: BaseOperator, 
     (:mod:`benchflow.pipeline`, XCom dicts in and out). Plain operators rather than TaskFlow: a TaskFlow task
     costs five times as much to build at every DAG parse, and here they would only wrap these calls."""
     from benchflow import pipeline as step
+    from benchflow.pipeline import BISECTIONS_KEY
 
     def run(name: str, callable_: Any, **kwargs: Any) -> PythonOperator:
         return PythonOperator(task_id=name, python_callable=partial(callable_, spec), **kwargs)
@@ -453,3 +533,51 @@ def _results(spec: CampaignSpec, preflight: BaseOperator, deploy: BaseOperator, 
         "verdict", step.verdict_task, trigger_rule=TriggerRule.ALL_DONE, op_kwargs={"load_task_id": load.task_id}
     )
     detect >> verdict
+    if spec.regressions.decide is not None:
+        _decide(spec, spec.regressions.decide, detect, run)
+    if spec.regressions.bisect is not None:
+        planned = run(
+            "plan_bisections", step.bisections_task, op_kwargs={"planned": XComArg(detect, key=BISECTIONS_KEY)}
+        )
+        _auto_bisect(planned)
+
+
+def _decide(spec: CampaignSpec, decide_spec: Decide, detect: BaseOperator, run: Any) -> None:
+    """needs_decision → decide → record_decision (→ bisect_decided): after a night that regressed or drifted, a
+    person answers in Airflow (a human-in-the-loop task, waiting without a worker slot): accept as the new baseline,
+    bisect (a git payload) or ignore, with a reason; unanswered within the spec's hours, its default is taken."""
+    from airflow.providers.standard.operators.hitl import HITLOperator
+
+    from benchflow import pipeline as step
+
+    options = step.decision_options(spec)
+    gate = run("needs_decision", step.needs_decision_task)
+    decide = HITLOperator(
+        task_id="decide",
+        subject=f"{spec.name}: a night regressed or drifted. What now?",
+        body="{{ ti.xcom_pull(task_ids='needs_decision') }}",
+        options=options,
+        defaults=[next(label for label in options if step.DECISIONS[label] == decide_spec.default)],
+        params={"reason": Param("", type="string", maxLength=500, title="Reason", description="why (kept with it)")},
+        response_timeout=timedelta(hours=decide_spec.within_hours),
+    )
+    record = run("record_decision", step.record_decision_task, op_kwargs={"decision": decide.output})
+    detect >> gate >> decide >> record
+    if spec.git_payload is not None:
+        _auto_bisect(record, "bisect_decided")
+
+
+def _auto_bisect(planned: BaseOperator, task_id: str = "bisect_regression") -> None:
+    """One ``bench_bisect`` run per commit range ``planned`` returned (none: skipped). The run id is the range's
+    own, so a range seen again is never bisected twice; the UI links each run it started."""
+    from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+
+    from benchflow.analysis.auto_bisect import BISECT_DAG_ID
+
+    TriggerDagRunOperator.partial(
+        task_id=task_id,
+        trigger_dag_id=BISECT_DAG_ID,
+        skip_when_already_exists=True,
+        wait_for_completion=False,
+        retries=0,
+    ).expand_kwargs(planned.output)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
@@ -16,6 +17,17 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+@functools.cache
+def _stat_sha256(path: str, size: int, mtime_ns: int) -> str:
+    return file_sha256(Path(path))
+
+
+def cached_sha256(path: Path) -> str:
+    """A file's sha256, computed once per size and modification time (a spec is read over and over)."""
+    stat = path.stat()
+    return _stat_sha256(str(path), stat.st_size, stat.st_mtime_ns)
 
 
 def build_manifest(root: Path) -> dict[str, str]:

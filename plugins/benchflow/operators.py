@@ -10,9 +10,11 @@ plain clean-up functions with the run's ids only, which ``bench run`` also calls
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Sequence
 from datetime import timedelta
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, BaseSensorOperator
@@ -20,7 +22,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from benchflow import cleanup, params
 from benchflow.hosts import Host, HostError, get_host
-from benchflow.manifest import MANIFEST_NAME
+from benchflow.manifest import MANIFEST_NAME, cached_sha256
 from benchflow.paths import HOST_CORE, HOST_CORE_DIR, kernels_dir
 from benchflow.records import SERVER_ERROR_KEY
 from benchflow.remote import gpus, jobs, layout, lease, preflight
@@ -241,12 +243,14 @@ class DeployPayloadOperator(HostOperator):
         payload: str,
         git: dict[str, str] | None = None,
         requires: list[str] | None = None,
+        shipped: list[str] | None = None,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
         self.payload = payload
         self.git = git
         self.requires = requires or []
+        self.shipped = shipped or []
 
     def execute(self, context: Context) -> dict[str, Any]:
         from benchflow import payloads
@@ -267,6 +271,8 @@ class DeployPayloadOperator(HostOperator):
             except payloads.PayloadError as exc:
                 raise AirflowFailException(f"payload: {exc}") from None
             self.log.info("payload %s ref %s is commit %s", self.git["repo"], ref, commit)
+        for local in map(Path, self.shipped):
+            self._ship(local, f"{target}/{SHIPPED_DIR}/{local.name}")
         self.log.info(
             "payload %s: %d files, %d copied, sha256 %s (manifest: %s/%s)",
             self.payload,
@@ -283,6 +289,19 @@ class DeployPayloadOperator(HostOperator):
             "payload_commit": commit,
             "payload_ref": ref,
         }
+
+    def _ship(self, local: Path, remote: str) -> None:
+        """One file the spec names (a dataset), sent unless the host already has it with the same sha256."""
+        want = cached_sha256(local)
+        have = self.host.run(f"sha256sum {shlex.quote(remote)} 2>/dev/null || true", timeout=600).stdout.split()
+        if have[:1] == [want]:
+            self.log.info("%s: on the host already (sha256 %s)", remote, want)
+            return
+        self.host.put_file(local, remote)
+        self.log.info("%s: shipped (%d bytes, sha256 %s)", remote, local.stat().st_size, want)
+
+
+SHIPPED_DIR = "datasets"  # in the payload on the host: the files a spec names beside it (benchmark.shipped())
 
 
 class LaunchBenchmarkOperator(HostOperator):

@@ -26,6 +26,12 @@ def kernels_dir() -> Path:
     return Path(os.environ.get("BENCH_KERNELS_DIR", KERNELS_DIR))
 
 
+def datasets_dir() -> Path:
+    """Dataset files a serving spec may name (``benchmark.dataset.file``), shipped with the payload;
+    ``BENCH_DATASETS_DIR`` overrides."""
+    return Path(os.environ.get("BENCH_DATASETS_DIR", PROJECT_ROOT / "include" / "datasets"))
+
+
 def var_dir() -> Path:
     """Mutable state: warehouse file, artifacts, the local host's workdir. ``BENCH_VAR_DIR`` overrides."""
     return Path(os.environ.get("BENCH_VAR_DIR", PROJECT_ROOT / "var")).resolve()

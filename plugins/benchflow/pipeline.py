@@ -138,6 +138,7 @@ def parse(
         notes += [f"{name}: {p}" for p in problems] + [f"{name}: {w}" for w in parsed.warnings if w not in problems]
     if kind.from_side_files is not None and rows:
         rows = kind.from_side_files(rows, artifacts.read_side_rows(fetched.store, kind))
+    notes += kind.row_notes(rows)
     # a side file's record that does not read (requests.jsonl) is data lost: the run is incomplete, and says so
     if malformed := artifacts.malformed_records(fetched.store, kind, fetched.files):
         complete = False
@@ -235,6 +236,7 @@ def run_record(
 
     dag_run = context["dag_run"]
     run_type = getattr(dag_run, "run_type", None)
+    spec_bundle, spec_commit = spec_source(context)
     return RunRecord(
         logical_date=getattr(dag_run, "logical_date", None),
         run_type=str(getattr(run_type, "value", run_type)) if run_type is not None else None,
@@ -249,11 +251,25 @@ def run_record(
         payload_sha256=(deployed or {}).get("payload_sha256"),
         payload_commit=(deployed or {}).get("payload_commit"),
         payload_ref=(deployed or {}).get("payload_ref"),
+        spec_bundle=spec_bundle,
+        spec_commit=spec_commit,
         started_at=getattr(dag_run, "start_date", None),
         ended_at=datetime.now().astimezone(),
         host_facts=facts or {},
         detail=detail,
     )
+
+
+def spec_source(context: Any) -> tuple[str | None, str | None]:
+    """The DAG bundle the run's DAG (and so its spec) was parsed from, and that bundle's version when it has one:
+    a git bundle's commit, the one Airflow fixed for the whole run (``dag_run.bundle_version``), or its tracking
+    ref's commit when the run has none (``dag.test``). ``(None, None)`` outside a worker's task."""
+    bundle = getattr(context.get("ti"), "bundle_instance", None)
+    if bundle is None:
+        return None, None
+    if not bundle.supports_versioning:
+        return bundle.name, None
+    return bundle.name, bundle.version or bundle.get_current_version()
 
 
 def load(warehouse: Warehouse, record: RunRecord, kind: ResultKind, parsed: Parsed, validation: Validation) -> Loaded:
@@ -282,7 +298,7 @@ def detect(warehouse: Warehouse, spec: CampaignSpec, run_id: str) -> Verdict:
 
 def parse_task(spec: CampaignSpec, fetched: dict[str, Any], run_args: dict[str, Any], **context: Any) -> dict[str, Any]:
     kind, bench = spec.result_kind, spec.benchmark
-    defaults = {k: run_args[k] for k in kind.row_defaults if k in run_args}
+    defaults = {k: run_args[k] for k in kind.row_defaults if k in run_args} | kind.spec_row_values(bench)
     run = RunContext.of(spec, run_args)
     options = kind.parser_options(bench)
     parsed = parse(
@@ -343,6 +359,9 @@ def load_task(
     return loaded.to_xcom()
 
 
+BISECTIONS_KEY = "bisections"  # detect_regressions' XCom: the bisections to trigger (bisect_regression maps over it)
+
+
 def detect_task(spec: CampaignSpec, loaded: dict[str, Any], run_id: str, **context: Any) -> dict[str, Any]:
     from benchflow.analysis.regressions import notify
     from benchflow.warehouse import Warehouse
@@ -356,7 +375,89 @@ def detect_task(spec: CampaignSpec, loaded: dict[str, Any], run_id: str, **conte
         )
     print(f"verdict: {verdict.text()}")
     notify(spec.regressions.notify, spec.dag_id, run_id, findings)
+    if spec.regressions.bisect is not None:
+        from benchflow.analysis.auto_bisect import plan
+
+        context["ti"].xcom_push(
+            key=BISECTIONS_KEY, value=plan(spec, Warehouse.from_airflow(), spec.dag_id, run_id, verdict)
+        )
     return {"regressions": len(findings), "verdict": verdict.state, "verdict_text": verdict.text()}
+
+
+def bisections_task(spec: CampaignSpec, planned: list[dict[str, Any]] | None, **context: Any) -> list[dict[str, Any]]:
+    """The bisections detect_regressions planned, as this task's return value (Airflow maps only over those)."""
+    for b in planned or []:
+        conf = b["conf"]
+        print(
+            f"bisect {conf['good'][:12]}..{conf['bad'][:12]} ({conf['case']} {conf['metric']}): {b['trigger_run_id']}"
+        )
+    if not planned:
+        print("no bisection to start: nothing regressed, or each commit range already has its bisection")
+    return list(planned or [])
+
+
+# A person's decision after a night that regressed or drifted (regressions.decide): the options of the
+# human-in-the-loop task and the word each is stored as.
+DECISIONS = {"accept as the new baseline": "accept", "bisect": "bisect", "ignore": "ignore"}
+DECIDE_ON = ("regressed", "suspected drift")
+
+
+def decision_options(spec: CampaignSpec) -> list[str]:
+    """What the person is offered: bisecting needs a payload from git."""
+    return [label for label, word in DECISIONS.items() if word != "bisect" or spec.git_payload is not None]
+
+
+def needs_decision_task(spec: CampaignSpec, run_id: str, **context: Any) -> str:
+    """Skip the decision unless the night regressed or drifted; else say what the person is deciding on."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from benchflow.warehouse import Warehouse, queries
+
+    found = queries.run_record(Warehouse.from_airflow(), spec.dag_id, run_id)
+    run = found.iloc[0].to_dict() if len(found) else {}
+    if run.get("verdict") not in DECIDE_ON:
+        raise AirflowSkipException(f"nothing to decide: the night is {run.get('verdict') or 'not loaded'}")
+    from benchflow.records import verdict_text
+
+    said = verdict_text(run["verdict"], run.get("verdict_detail"), run.get("baseline_runs"), run.get("regressions"))
+    print(f"asking: {said}")
+    return f"{spec.name}, night {run_id}: {said}. Accept the new level as the baseline, bisect, or ignore it."
+
+
+def record_decision_task(spec: CampaignSpec, decision: dict[str, Any], run_id: str, **context: Any) -> list[Any]:
+    """Store what the person chose (or the default, when nobody answered in time); an accepted night starts the
+    baseline again. Returns the bisections to trigger (one for 'bisect' on a git campaign, else none)."""
+    from benchflow.warehouse import Warehouse, queries
+
+    warehouse = Warehouse.from_airflow()
+    run = queries.run_record(warehouse, spec.dag_id, run_id).iloc[0].to_dict()
+    chosen = DECISIONS[decision["chosen_options"][0]]
+    user = decision.get("responded_by_user") or {}
+    by = (user.get("name") or user.get("id")) if isinstance(user, dict) else str(user)
+    row = {
+        "dag_id": spec.dag_id,
+        "run_id": run_id,
+        "campaign": spec.name,
+        "gpu_model": run["gpu_model"],
+        "night_at": run["logical_date"] if run.get("logical_date") is not None else run["started_at"],
+        "verdict": run.get("verdict"),
+        "decision": chosen,
+        "reason": str((decision.get("params_input") or {}).get("reason") or "") or None,
+        "decided_by": by or None,
+        "decided_at": decision.get("responded_at"),
+        "timed_out": not by,
+    }
+    warehouse.record_decision(row)
+    print(f"decision: {chosen} by {by or 'nobody (the default)'}: {row['reason'] or 'no reason given'}")
+    if chosen == "accept":
+        print(f"the baseline of {spec.name} on {run['gpu_model']} starts again at this night ({row['night_at']})")
+    if chosen != "bisect" or spec.git_payload is None:
+        return []
+    from benchflow.analysis.auto_bisect import plan
+    from benchflow.analysis.regressions import assess
+
+    verdict = assess(warehouse, spec.dag_id, run_id, spec.regressions.for_gpu(str(run["gpu_model"])))
+    return plan(spec, warehouse, spec.dag_id, run_id, verdict, asked=True)
 
 
 def verdict_task(spec: CampaignSpec, load_task_id: str, ti: Any, **context: Any) -> None:

@@ -33,6 +33,8 @@ class RunRecord:
     git_sha: str | None = None
     payload_commit: str | None = None  # the git commit a git payload was shipped from
     payload_ref: str | None = None
+    spec_bundle: str | None = None  # the DAG bundle the spec was read through (a git bundle: spec_commit is its commit)
+    spec_commit: str | None = None
 
     def gpu(self) -> tuple[str, int, str | None]:
         """(model, count, driver) from the preflight facts; ('none', 0, None) on a CPU host."""
@@ -84,21 +86,26 @@ class Finding:
     test: str = "z"  # 'welch-log' (tonight's repeats against the baseline's) or 'z' (one value a night)
 
 
-VERDICTS = ("regressed", "fine", "not judged")
+VERDICTS = ("regressed", "fine", "not judged", "suspected drift")
 
 
 @dataclass
 class Verdict:
-    """What the regression check concluded about one run, in one of three states: ``regressed`` (findings
-    against ``baseline_runs`` baseline nights), ``fine`` (judged against ``baseline_runs`` nights, nothing found)
-    or ``not judged`` (no baseline to judge against, and ``reason`` says why: a manual run, "2 of 5 nights",
-    invalid rows). Never "no regression" for a run that was not judged."""
+    """What the regression check concluded about one run, in one of four states: ``regressed`` (findings
+    against ``baseline_runs`` baseline nights), ``fine`` (judged against ``baseline_runs`` nights, nothing found),
+    ``suspected drift`` (nothing found tonight, but a change point of a case's nightly series in the worse direction
+    among the recent nights: ``reason`` says since when) or ``not judged`` (no baseline to judge against, and
+    ``reason`` says why: a manual run, "2 of 5 nights", invalid rows). Never "no regression" for a run that was not
+    judged."""
 
     state: str
     baseline_runs: int = 0
     reason: str = ""
     findings: list[Finding] = field(default_factory=list)
     unjudged_cases: int = 0  # (case, metric)s of a judged run whose own history was too short (or repeats too few)
+    # (case_key, metric, benchflow.analysis.changepoints.ChangePoint) over each case's nightly series, tonight's
+    # included; "suspected drift" when one in the worse direction is recent and tonight's own check found nothing
+    change_points: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.state not in VERDICTS:
@@ -111,7 +118,7 @@ class Verdict:
     @property
     def detail(self) -> str:
         """What ``runs.verdict_detail`` stores: why not judged, or which cases were left out."""
-        if self.state == "not judged":
+        if self.state in ("not judged", "suspected drift"):
             return self.reason
         if not self.unjudged_cases:
             return ""
@@ -140,4 +147,6 @@ def verdict_text(state: Any, detail: Any, baseline_runs: Any, regressions: Any) 
         return f"{count(regressions)} regression(s) {against}{note}"
     if state == "fine":
         return f"no regression {against}{note}"
+    if state == "suspected drift":
+        return f"no regression tonight {against}, but {detail or 'a suspected drift'}"
     return f"not judged ({detail or 'no verdict recorded'})"

@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -31,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from benchflow.hosts import edge_queue
 from benchflow.paths import campaigns_dir, kernels_dir
 from benchflow.space import ConfigSpace, show
 
@@ -65,8 +67,8 @@ DAG_PREFIX = "bench_"  # a campaign's DAG id is this and the spec's name (its fi
 
 # An identifier that is safe as a DAG id part, a path component and a shell word.
 Ident = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
-# "local", or an Airflow connection id.
-HostId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,99}$")]
+# "local", an Airflow connection id, or "edge:<queue>" (the Edge worker that serves that queue).
+HostId = Annotated[str, StringConstraints(pattern=r"^(?:edge:)?[A-Za-z][A-Za-z0-9_.-]{0,99}$")]
 
 
 # A path inside the payload: no absolute paths, no "..", no shell metacharacters.
@@ -85,7 +87,21 @@ Scalar = int | float | bool | Line
 ArgValue = Scalar | Annotated[list[Scalar], Field(max_length=LIMITS.arg_items)]
 
 
+DEADLINE_PATTERN = r"^(?:(?:[01]\d|2[0-3]):[0-5]\d|[1-9]\d{0,4}[smh])$"
 SCHEDULE_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@yearly")
+
+
+def daily_time(schedule: str | None) -> timedelta | None:
+    """The time of day a schedule that fires once a day fires at (UTC), else None (croniter reads the presets)."""
+    if schedule is None:
+        return None
+    from croniter import croniter
+
+    fires = croniter(schedule, datetime(2026, 1, 5, tzinfo=UTC))
+    times = [fires.get_next(datetime) for _ in range(8)]
+    if any(b - a != timedelta(days=1) for a, b in itertools.pairwise(times)):
+        return None
+    return timedelta(hours=times[0].hour, minutes=times[0].minute)
 
 
 def host_pool(host: str) -> str:
@@ -384,7 +400,28 @@ class RegressionLimits(_Model):
     min_change: float = Field(default=0.05, ge=0, lt=1, description="relative, e.g. 0.05 = 5%")
 
 
+class AutoBisect(_Model):
+    """A regression or change point found at a night's end starts ``bench_bisect`` between the commits around it,
+    once per commit range, within this budget (the bisect DAG's own ``max_probes`` and ``max_hours``)."""
+
+    max_probes: int = Field(default=8, ge=2, le=64, description="probe runs of one bisection at most")
+    max_hours: float = Field(default=6, gt=0, le=72, description="hours of one bisection at most")
+    per_night: int = Field(default=1, ge=1, le=8, description="bisections one night may start (largest change first)")
+
+
+class Decide(_Model):
+    """After a night that regressed or drifted, a person decides in Airflow (a human-in-the-loop task): accept the
+    new level as the baseline, bisect, or ignore, with a reason. Unanswered within ``within_hours``: ``default``."""
+
+    within_hours: float = Field(default=20, gt=0, le=168, description="how long the decision waits")
+    default: Literal["accept", "bisect", "ignore"] = Field(default="ignore", description="taken when nobody answers")
+
+
 class Regressions(RegressionLimits):
+    decide: Decide | None = Field(default=None, description="a person's decision after a regression; null: off")
+    bisect: AutoBisect | None = Field(
+        default=None, description="bisect a regression automatically (a payload from git only); null: off"
+    )
     by_gpu: dict[Annotated[str, StringConstraints(max_length=100)], RegressionLimits] = Field(
         default_factory=dict, description="overrides keyed by GPU model, as nvidia-smi names it"
     )
@@ -418,6 +455,11 @@ class CampaignSpec(_Model):
     requires: list[Ident] = Field(default_factory=list, description="other payloads deployed inside this one")
     schedule: Line | None = Field(default="@daily", description="cron or preset (default nightly); null: manual only")
     tags: list[Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")]] = Field(default_factory=list)
+    deadline: Annotated[str, StringConstraints(pattern=DEADLINE_PATTERN)] | None = Field(
+        default=None,
+        description='when a run must be done: "07:00" (UTC, a daily schedule\'s runs) or "90m" after it was queued; '
+        "a missed one calls regressions.notify with what is still running",
+    )
     retries: int = Field(default=0, ge=0, le=10)
     services: list[Service] = Field(default_factory=list, max_length=LIMITS.services)
     configs: list[ServingConfig] = Field(
@@ -514,6 +556,23 @@ class CampaignSpec(_Model):
             raise ValueError(f"not a 5-field cron expression or one of {', '.join(SCHEDULE_PRESETS)}: {value!r}")
         return value
 
+    def deadline_after(self) -> tuple[str, timedelta] | None:
+        """The deadline as Airflow's deadline alert takes it: ("queued", how long after a run was queued) or
+        ("logical", how long after a daily run's logical date the clock time comes)."""
+        if self.deadline is None:
+            return None
+        if ":" not in self.deadline:
+            unit = {"s": 1, "m": 60, "h": 3600}[self.deadline[-1]]
+            return "queued", timedelta(seconds=int(self.deadline[:-1]) * unit)
+        hours, minutes = (int(part) for part in self.deadline.split(":"))
+        fire = daily_time(self.schedule)
+        if fire is None:
+            raise ValueError(
+                f"deadline {self.deadline!r} is a clock time: it needs a daily schedule, not {self.schedule!r}"
+            )
+        after = timedelta(hours=hours, minutes=minutes) - fire
+        return "logical", after if after > timedelta(0) else after + timedelta(days=1)
+
     @property
     def result_kind(self) -> ResultKind:
         from benchflow import kinds
@@ -542,6 +601,23 @@ class CampaignSpec(_Model):
             raise ValueError(f"host {self.host!r} is not one of hosts {self.hosts}")
         if len(set(self.hosts)) != len(self.hosts):
             raise ValueError(f"hosts must be distinct, got {self.hosts}")
+        edges = [h for h in self.host_ids if edge_queue(h)]
+        if edges and len(edges) != len(self.host_ids):
+            raise ValueError(
+                f"hosts {self.hosts}: Edge hosts (edge:<queue>) and other hosts cannot share a campaign (its host "
+                "tasks run on one executor: the Edge workers', or the workers that reach hosts by SSH)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _nightly_loop(self) -> CampaignSpec:
+        if self.deadline is not None:
+            self.deadline_after()  # a clock time without a daily schedule is refused here, naming the field
+        decide = self.regressions.decide
+        if decide is not None and decide.default == "bisect" and self.git_payload is None:
+            raise ValueError("regressions.decide.default: bisect needs a payload from git (payload: {repo, ref})")
+        if self.regressions.bisect is not None and self.git_payload is None:
+            raise ValueError("regressions.bisect needs a payload from git (payload: {repo, ref}): it bisects commits")
         return self
 
     @property

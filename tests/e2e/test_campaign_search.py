@@ -147,9 +147,12 @@ def test_a_probe_too_small_for_its_percentile_is_refused_with_file_line_and_fiel
     assert line.startswith(f"{spec}:15: benchmark.search.prompts_per_probe: ") and "P90" in line, line
 
 
-def test_a_search_over_request_rate_is_refused_before_anything_runs(tmp_path):
+def test_a_search_over_request_rate_goes_to_the_driver_as_it_is(tmp_path):
+    """Rows are keyed by request rate too now (tests/integration/test_workloads.py runs such a search): the spec
+    is taken, and the driver gets the search over rates."""
     spec = tmp_path / "search_rate.yaml"
     rate = {**SEARCH, "over": "request_rate", "range": [1.0, 64.0]}
     spec.write_text(SPEC.replace(json.dumps(SEARCH), json.dumps(rate)))
-    with pytest.raises(SpecError, match=r"benchmark.search: Value error, a search over request_rate is not supported"):
-        load_spec(spec)
+    loaded = load_spec(spec)
+    args = loaded.result_kind.config_args(loaded.benchmark, loaded.configs[0])
+    assert json.loads(args["search"])["over"] == "request_rate" and json.loads(args["search"])["range"] == [1.0, 64.0]

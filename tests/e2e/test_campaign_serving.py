@@ -5,7 +5,9 @@ server that dies before it is healthy."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -53,17 +55,54 @@ BROKEN = textwrap.dedent(
 )
 
 
+# vLLM's client at three request rates (Poisson arrivals) on a ShareGPT-format file the test makes, shipped with the
+# payload: the single config only (the PD pair is the SSH case's)
+assert "    concurrency: [1, 4, 8]\n    prompts: [8, 16, 32]\n" in SPEC
+RATES = (
+    ONCE.replace("client: sglang", "client: vllm")
+    .replace(
+        "    concurrency: [1, 4, 8]\n    prompts: [8, 16, 32]\n",
+        "    request_rate: [4, 8, 16]\n    prompts: [8, 8, 8]\n",
+    )
+    .replace("  repeats: 1\n", "  repeats: 1\n  dataset: {name: sharegpt, file: chat.json}\n")
+)
+
+
+def sharegpt_file(folder: Path) -> Path:
+    """40 two-turn conversations of 8 to 30 words, ShareGPT's format."""
+    import random
+
+    rng, words = random.Random(1), "the a model kernel token prefill decode batch cache server latency".split()
+    turns = [
+        [
+            {"from": who, "value": " ".join(rng.choice(words) for _ in range(rng.randint(8, 30)))}
+            for who in ("human", "gpt")
+        ]
+        for _ in range(40)
+    ]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "chat.json"
+    path.write_text(json.dumps([{"id": f"c{n}", "conversations": t} for n, t in enumerate(turns)]))
+    return path
+
+
 @pytest.fixture(scope="module")
 def bag(tmp_path_factory, airflow_db, sshd):
     specs = {
         "serving_local": TWICE,
         "serving_local_ssh": ONCE.replace("host: local", "host: gpu_loopback"),
-        "serving_local_vllm": ONCE.replace("client: sglang", "client: vllm"),
+        "serving_local_vllm": RATES,
         "serving_broken": BROKEN,
     }
     specs = dict(zip(specs, on_free_ports(*specs.values()), strict=True))
-    with campaign_dags(tmp_path_factory.mktemp("serving"), specs) as dags:
-        yield dags
+    datasets = sharegpt_file(tmp_path_factory.mktemp("datasets")).parent
+    saved = os.environ.get("BENCH_DATASETS_DIR")
+    os.environ["BENCH_DATASETS_DIR"] = str(datasets)  # read when the DAGs are built: the file and its sha256
+    try:
+        with campaign_dags(tmp_path_factory.mktemp("serving"), specs) as dags:
+            yield dags
+    finally:
+        os.environ.pop("BENCH_DATASETS_DIR") if saved is None else os.environ.update(BENCH_DATASETS_DIR=saved)
 
 
 run = run_dag
@@ -104,7 +143,6 @@ NEW_CONFIG = {**SWEEP, "output_len": 40, "server_args": "--layers 3 --hidden 192
     [
         ("serving_local", "local", 2, NEW_CONFIG),
         ("serving_local_ssh", "ssh", 1, {**SWEEP, "configs": ["pd"]}),  # one config per run (its configs param)
-        ("serving_local_vllm", "local", 1, {**SWEEP, "configs": ["single"]}),
     ],
 )
 def test_the_real_clients_rows_match_their_own_json(bag, sshd, var_dir, campaign, workdir, repeats, conf):
@@ -150,6 +188,31 @@ def test_the_real_clients_rows_match_their_own_json(bag, sshd, var_dir, campaign
             continue
         log = (rundir / job / "stdout.log").read_text()
         assert f"serving tiny MoE decoder ({role}, {size})" in log, log
+
+
+def test_vllm_at_three_request_rates_on_a_shipped_sharegpt_file(bag, var_dir):
+    """Rows keyed by rate (no concurrency cap), each with the rate it achieved and the dataset's sha256, which the
+    driver checked on the host before its first phase; the file went with the payload."""
+    run_id, state, tasks = run(bag, "serving_local_vllm", conf={"configs": ["single"]})
+    assert state == "success", tasks
+    rows = Warehouse.from_airflow().query(
+        "SELECT config, concurrency, request_rate, repeat, completed, achieved_rate, rate_reached, burstiness, "
+        "dataset, dataset_sha256, achieved_input_len FROM serving_results WHERE run_id = ? ORDER BY request_rate",
+        [run_id],
+    )
+    assert rows["request_rate"].tolist() == [4.0, 8.0, 16.0] and rows["concurrency"].isna().all()
+    assert (rows["completed"] == 8).all() and (rows["burstiness"] == 1.0).all()
+    assert (rows["achieved_rate"] > 0).all(), rows  # from vLLM's saved start times
+    rundir = Path(layout.run_dir(str(var_dir / "hosts" / "local"), "bench_serving_local_vllm", run_id))
+    shipped = rundir / "payload" / "datasets" / "chat.json"
+    sha = hashlib.sha256(shipped.read_bytes()).hexdigest()
+    assert set(rows["dataset"]) == {"sharegpt:chat.json"} and set(rows["dataset_sha256"]) == {sha}
+    assert rows["achieved_input_len"].between(8, 400).all()  # conversations' first turns, not input_len
+    keys = Warehouse.from_airflow().query(
+        "SELECT DISTINCT case_key FROM metric_samples WHERE run_id = ? AND metric = 'output_throughput' ORDER BY 1",
+        [run_id],
+    )["case_key"]
+    assert keys.tolist() == [f"config=single,request_rate={q}" for q in (16, 4, 8)]
 
 
 def test_server_that_dies_fails_its_config_with_its_log_and_the_next_config_still_runs(bag, var_dir):

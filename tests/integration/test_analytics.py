@@ -7,6 +7,7 @@ import json
 import random
 import re
 import uuid
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -171,7 +172,7 @@ def store(tmp_path, name):
     return ObjectStoragePath(f"file://{tmp_path / name}")
 
 
-def serving_row(config: str, concurrency: int, throughput: float) -> dict:
+def serving_row(config: str, concurrency: int | None, throughput: float) -> dict:
     return {
         "config": config,
         "concurrency": concurrency,
@@ -187,8 +188,8 @@ def serving_row(config: str, concurrency: int, throughput: float) -> dict:
     }
 
 
-def test_the_four_analyst_questions_from_the_docs(warehouse):
-    assert len(QUERIES) == 4
+def test_the_five_analyst_questions_from_the_docs(warehouse):
+    assert len(QUERIES) == 5
     for campaign, throughput in (("serving_tp4", 900.0), ("serving_pd", 1200.0), ("serving_ep4", 1000.0)):
         for night in (1, 0):
             rows = [serving_row(campaign.split("_")[1], c, throughput * (1 + night) / (16 / c)) for c in (1, 8, 16)]
@@ -223,6 +224,17 @@ def test_the_four_analyst_questions_from_the_docs(warehouse):
 
     limits = warehouse.query(QUERIES[3])  # the latest valid run's verdicts, its highest load first
     assert limits["concurrency"].tolist() == [16, 8, 1] and set(limits["says"]) == {"decode-bound: night 0"}
+
+    rates = [  # a rate sweep: at 8 req/s the server no longer kept up
+        serving_row("single", None, 100.0 * q)
+        | {"request_rate": q, "achieved_rate": 0.98 * q if q < 8 else 5.1, "rate_reached": q < 8}
+        | {"prefix_cache_hit_rate": 0.71, "dataset": "shared-prefix:4x256+32"}
+        for q in (2.0, 4.0, 8.0)
+    ]
+    warehouse.load(night_run("serving_rate_local", 0), SERVING, rates)
+    kept_up = warehouse.query(QUERIES[4])
+    assert kept_up["request_rate"].tolist() == [2.0, 4.0, 8.0]
+    assert kept_up["rate_reached"].tolist() == [True, True, False] and set(kept_up["prefix_cache_hit_rate"]) == {0.71}
 
 
 def test_report_draws_sweep_and_trend_with_regressions(warehouse, tmp_path):
@@ -549,3 +561,158 @@ def test_a_search_answer_whose_probes_were_contended_is_not_ok_and_never_judged(
         [run.dag_id, run.run_id],
     )
     assert answers_view["validity"].tolist() == ["contended"]
+
+
+def test_a_step_below_the_nightly_threshold_is_a_suspected_drift_stored_with_its_commits(warehouse):
+    """30 scheduled nights of a kernel campaign whose payload commit changes each night, 1 % noise and a 3 % step
+    down from night 20 (under the 5 % a single night needs): tonight's own check finds nothing, its change point
+    search finds the step with the commits around it, and the verdict says since when."""
+    rng = random.Random(3)
+    runs = []
+    for back in range(29, -1, -1):
+        index = 29 - back
+        scale = (0.97 if index >= 20 else 1.0) * (1 + rng.gauss(0, 0.01))
+        run = replace(night_run("moe_nightly_cp", back), payload_commit=f"{index:02d}" * 20)
+        rows = [
+            {"m": m, "ms_per_call": 1.0, "tok_per_s": 1e3 * m * scale, "us_per_token": 1e3 / (m * scale), "note": ""}
+            for m in (1, 16)
+        ]
+        warehouse.load(run, KERNEL, rows)
+        runs.append(run)
+    tonight = runs[-1]
+    verdict = assess(warehouse, tonight.dag_id, tonight.run_id, RegressionLimits())
+    assert verdict.state == "suspected drift" and not verdict.findings, verdict
+    warehouse.record_findings(tonight.dag_id, tonight.run_id, verdict.findings, verdict)
+    stored = warehouse.query(
+        f"SELECT night, at_run_id, good_commit, bad_commit, ratio, ratio_high, worse FROM change_points "
+        f"WHERE run_id = {warehouse.p} AND case_key = 'm=16' AND metric = 'tok_per_s'",
+        [tonight.run_id],
+    ).to_dict("records")
+    (point,) = stored
+    at = next(i for i, r in enumerate(runs) if r.run_id == point["at_run_id"])
+    assert at in (19, 20, 21) and point["worse"] and point["ratio"] == pytest.approx(0.97, abs=0.01)
+    assert (point["good_commit"], point["bad_commit"]) == (f"{at - 1:02d}" * 20, f"{at:02d}" * 20)
+    detail = warehouse.query(f"SELECT verdict_detail FROM runs WHERE run_id = {warehouse.p}", [tonight.run_id])
+    assert str(detail["verdict_detail"][0]).startswith("suspected drift since "), detail
+
+
+GIT_SPEC = """\
+description: a kernel campaign from git that bisects its own regressions
+kind: kernel
+host: gpu_a
+payload: {repo: /srv/git/toy.git, ref: main, path: kernels/toy}
+benchmark:
+  script: bench_toy.py
+  args: {m_list: [1, 16]}
+regressions:
+  bisect: {max_probes: 12, max_hours: 3}
+"""
+
+
+def test_a_regression_on_a_git_campaign_plans_one_bisection_and_a_second_detection_none(warehouse, tmp_path):
+    """Twelve nights, a new commit each; the commit of night 10 makes the kernel 20 % slower. Night 10's check
+    plans one bisection of that commit range (the largest change's case, the spec's budget, a conf the bisect DAG
+    accepts) and links every finding to it; night 11, still slow, names the same range (the first slow night's
+    commit and the one before), starts none, and its findings link to the same run."""
+    from benchflow import bisect_steps
+    from benchflow.analysis import auto_bisect
+    from benchflow.spec import load_spec
+
+    (tmp_path / "toy_git.yaml").write_text(GIT_SPEC)
+    spec = load_spec(tmp_path / "toy_git.yaml")
+    rng = random.Random(11)
+    commits = [f"{i:02x}" * 20 for i in range(12)]
+    runs = []
+    for index, back in enumerate(range(11, -1, -1)):
+        run = replace(night_run("toy_git", back), payload_commit=commits[index])
+        scale = (0.8 if index >= 10 else 1.0) * (1 + rng.gauss(0, 0.01))
+        rows = [
+            {"m": m, "ms_per_call": 1.0, "tok_per_s": 1e3 * m * scale, "us_per_token": 1e3 / (m * scale), "note": ""}
+            for m in (1, 16)
+        ]
+        warehouse.load(run, KERNEL, rows)
+        runs.append(run)
+    limits = RegressionLimits()
+    planned = {}
+    for night in runs[10:]:
+        verdict = assess(warehouse, night.dag_id, night.run_id, limits)
+        assert verdict.state == "regressed", verdict
+        warehouse.record_findings(night.dag_id, night.run_id, verdict.findings, verdict)
+        planned[night.run_id] = auto_bisect.plan(spec, warehouse, night.dag_id, night.run_id, verdict)
+    first, second = (planned[r.run_id] for r in runs[10:])
+    (bisection,) = first
+    conf = bisection["conf"]
+    assert (conf["good"], conf["bad"]) == (commits[9], commits[10]), conf
+    assert (conf["max_probes"], conf["max_hours"], conf["campaign"]) == (12, 3, "toy_git")
+    assert conf["metric"] in ("tok_per_s", "us_per_token") and conf["case"] in ("m=1", "m=16")
+    assert bisect_steps.checked_conf(conf)["good"] == commits[9]  # the bisect DAG takes it as it is
+    assert bisection["trigger_run_id"] == auto_bisect.bisect_run_id("toy_git", commits[9], commits[10])
+    assert second == []  # the same commit range: no second bisection
+    from benchflow.warehouse import queries
+
+    links = [queries.auto_bisections(warehouse, r.dag_id, r.run_id) for r in runs[10:]]
+    assert set(links[0]["bisect_run_id"]) == set(links[1]["bisect_run_id"]) == {bisection["trigger_run_id"]}
+    assert links[0]["started"].all() and not links[1]["started"].any()
+    assert len(links[0]) == len(assess(warehouse, runs[10].dag_id, runs[10].run_id, limits).findings) >= 2
+    # the Benchmarks view's regressions link each finding to that bisection's page
+    from benchflow.ui import bisection_pages
+
+    listed, href = bisection_pages.with_bisect(warehouse, "toy_git", links[1][["run_id", "case_key", "metric"]])
+    assert set(listed["bisect"]) == {"bisection"}
+    assert href(listed.iloc[0]) == f"../bisection/bench_bisect/{bisection['trigger_run_id']}"
+
+
+def test_regressions_bisect_needs_a_payload_from_git(tmp_path):
+    from benchflow.spec import SpecError, load_spec
+
+    text = GIT_SPEC.replace("payload: {repo: /srv/git/toy.git, ref: main, path: kernels/toy}", "payload: moe")
+    (tmp_path / "toy_dir.yaml").write_text(text)
+    with pytest.raises(SpecError, match=r"regressions\.bisect needs a payload from git"):
+        load_spec(tmp_path / "toy_dir.yaml")
+
+
+def test_an_accepted_night_starts_the_baseline_again(warehouse):
+    """Eight nights at one level, then night 8 20 % slower: regressed. A person accepts it as the new baseline;
+    night 10 is then judged against nights 8 and 9 alone (fine), where without the decision its baseline was all
+    ten nights before it."""
+    rng = random.Random(5)
+    runs = []
+    for index, back in enumerate(range(10, -1, -1)):
+        run = night_run("toy_decided", back)
+        scale = (0.8 if index >= 8 else 1.0) * (1 + rng.gauss(0, 0.01))
+        rows = [{"m": 1, "ms_per_call": 1.0, "tok_per_s": 1e3 * scale, "us_per_token": 1e3 / scale, "note": ""}]
+        warehouse.load(run, KERNEL, rows)
+        runs.append(run)
+    limits = RegressionLimits(min_runs=2)
+    assert assess(warehouse, runs[8].dag_id, runs[8].run_id, limits).state == "regressed"
+    before = assess(warehouse, runs[10].dag_id, runs[10].run_id, limits)
+    assert before.baseline_runs == 10, before
+    accepted = runs[8]
+    warehouse.record_decision(
+        {
+            "dag_id": accepted.dag_id,
+            "run_id": accepted.run_id,
+            "campaign": "toy_decided",
+            "gpu_model": "NVIDIA H200",
+            "night_at": accepted.logical_date,
+            "verdict": "regressed",
+            "decision": "accept",
+            "reason": "the new kernel trades this case for larger M",
+            "decided_by": "admin",
+            "decided_at": TONIGHT,
+            "timed_out": False,
+        }
+    )
+    after = assess(warehouse, runs[10].dag_id, runs[10].run_id, limits)
+    assert (after.state, after.baseline_runs) == ("fine", 2), after
+    from benchflow.warehouse import queries
+
+    (decided,) = queries.decisions(warehouse, "toy_decided").to_dict("records")
+    assert (decided["decision"], decided["decided_by"], decided["timed_out"]) == ("accept", "admin", False)
+    # the campaign's page in the Benchmarks view says who decided what
+    from benchflow.ui import pages
+
+    page = pages.campaign(warehouse, "toy_decided")
+    assert "<h2>Decisions</h2>" in page and "the new kernel trades this case for larger M" in page and "admin" in page
+    # a decision on another GPU model leaves this one's baseline alone
+    assert queries.accepted_since(warehouse, "toy_decided", "NVIDIA B200", TONIGHT) is None

@@ -11,19 +11,15 @@ and fails from 7. P90 at 95 % needs 29 requests and a 5 % failed fraction 59: 60
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from benchflow.paths import host_python
-from benchtools.net import free_port
 from tests.conftest import PROJECT_ROOT
 from tests.gpu_standin import host_env
+from tests.tiny_server import tiny_server
 
 pytestmark = pytest.mark.integration
 
@@ -43,23 +39,8 @@ SEARCH = {
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """The tiny server with a capacity of 6 sequences per 20 ms step, on a free loopback port."""
-    port = free_port()
-    log = (tmp_path_factory.mktemp("server") / "server.log").open("w")
-    command = [host_python(), "server.py", "--port", str(port), "--max-batch", str(BATCH), "--step-ms", str(STEP_MS)]
-    proc = subprocess.Popen(command, cwd=SERVING, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=5):
-                break
-        except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, "the tiny server did not come up"
-            time.sleep(0.5)
-    yield url
-    os.killpg(proc.pid, signal.SIGTERM)
-    proc.wait(timeout=30)
-    log.close()
+    with tiny_server(tmp_path_factory.mktemp("server"), "--max-batch", str(BATCH), "--step-ms", str(STEP_MS)) as url:
+        yield url
 
 
 def sweep(url: str, out: Path, search: dict, label: str = "tiny") -> subprocess.CompletedProcess[str]:

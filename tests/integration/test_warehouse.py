@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
 
 import pandas as pd
@@ -9,7 +8,6 @@ import pytest
 from benchflow import kinds
 from benchflow.warehouse import RunRecord, Validation, Warehouse
 from benchflow.warehouse.hooks import DuckDBHook
-from tests.conftest import PG_URI
 
 KERNEL = kinds.get("kernel")
 SERVING = kinds.get("serving")
@@ -34,17 +32,6 @@ def record(status="ok", run_id="r1"):
         started_at=datetime.now(UTC),
         host_facts={"gpu": "none"},
     )
-
-
-@pytest.fixture(params=["duckdb", "postgres"])
-def warehouse_backend(request, tmp_path):
-    """Both backends, empty: a DuckDB file, and a schema of its own on the real PostgreSQL."""
-    if request.param == "duckdb":
-        return Warehouse.at(tmp_path / "wh.duckdb")
-    schema = f"wh_{uuid.uuid4().hex[:12]}"
-    with Warehouse.postgres(PG_URI).transaction() as tx:
-        tx.execute(f'CREATE SCHEMA "{schema}"')
-    return Warehouse.postgres(PG_URI, search_path=schema)
 
 
 @pytest.fixture
@@ -238,4 +225,19 @@ def test_a_warehouse_of_the_previous_release_upgrades_in_place(warehouse_backend
     summary = old.query("SELECT case_key, metric, n, mean FROM case_summary WHERE metric = 'output_throughput'")
     assert summary.to_dict("records") == [
         {"case_key": "config=pd,concurrency=8", "metric": "output_throughput", "n": 1, "mean": 100.0}
+    ]
+    # today's rows beside it: a concurrency phase (the client's rate "inf": no limit) keeps the same case key, a
+    # request-rate phase (no cap) is keyed by its rate, and a rerun of the run replaces its rows (the unique index)
+    new = [
+        {"config": "pd", "concurrency": 8, "request_rate": float("inf"), "output_throughput": 110.0},
+        {"config": "pd", "concurrency": None, "request_rate": 4.0, "output_throughput": 90.0},
+    ]
+    for _ in range(2):
+        old.load(record(run_id="r2"), SERVING, new)
+    keys = old.query(
+        "SELECT case_key, value FROM metric_samples WHERE run_id = 'r2' AND metric = 'output_throughput' ORDER BY 1"
+    )
+    assert keys.to_dict("records") == [
+        {"case_key": "config=pd,concurrency=8", "value": 110.0},
+        {"case_key": "config=pd,request_rate=4", "value": 90.0},
     ]

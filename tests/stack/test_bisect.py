@@ -60,8 +60,8 @@ def test_bisection_names_the_slow_commit_reusing_two_nightly_results_probing_two
     repo = repos["toy_bisect"]
     # "Nightly" results for commits 4 and 7: ordinary runs of the campaign at those commits (the case, 5 times)
     nightly = {}
-    for n in NIGHTLY:
-        reply = stack.trigger("bench_toy_bisect", {"payload_ref": f"c{n}", "m_list": [64] * REPEATS})
+    for n, host in zip(NIGHTLY, ("gpu_a", "gpu_b"), strict=True):  # one on each host, side by side
+        reply = stack.trigger("bench_toy_bisect", {"payload_ref": f"c{n}", "m_list": [64] * REPEATS, "host": host})
         assert reply.status_code == 200, reply.text
         nightly[n] = reply.json()["dag_run_id"]
     states = stack.wait_runs([("bench_toy_bisect", r) for r in nightly.values()], timeout=600)

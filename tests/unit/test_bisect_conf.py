@@ -99,3 +99,56 @@ def test_probe_run_ids_are_stable_per_round_and_commit():
     assert one == bisect_steps.run_id_for("manual__2026-12-01T00:00:00+00:00", 2, sha)
     assert one != bisect_steps.run_id_for("manual__2026-12-01T00:00:00+00:00", 3, sha)
     assert one.startswith("bisect_") and one.endswith("_r2_" + sha[:12])
+
+
+def test_a_campaign_that_bisects_its_regressions_maps_a_trigger_of_the_bisect_dag(tmp_path):
+    """bisect_regression after detect_regressions: one bench_bisect run per planned range, never a second run of
+    the same range (its run id is the range's, and an existing run is skipped, not an error)."""
+    from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+
+    from benchflow.factory import build_dag
+
+    plain, bisecting = tmp_path / "toy.yaml", tmp_path / "toy_auto.yaml"
+    plain.write_text(SPEC)
+    bisecting.write_text(SPEC + "regressions:\n  bisect: {max_probes: 10}\n")
+    assert "bisect_regression" not in build_dag(load_spec(plain), register=False).task_dict
+    dag = build_dag(load_spec(bisecting), register=False)
+    task = dag.task_dict["bisect_regression"]
+    assert task.operator_class is TriggerDagRunOperator or issubclass(task.operator_class, TriggerDagRunOperator)
+    kwargs = task.partial_kwargs
+    assert kwargs["trigger_dag_id"] == "bench_bisect" and kwargs["skip_when_already_exists"] is True
+    assert task.upstream_task_ids == {"plan_bisections"}
+    assert dag.task_dict["plan_bisections"].upstream_task_ids == {"detect_regressions"}
+
+
+def test_a_campaign_with_a_decision_asks_a_person_after_its_regressions(tmp_path):
+    """needs_decision → decide (Airflow's human-in-the-loop operator: the three options, the spec's default and
+    hours, a reason) → record_decision → bisect_decided (a git payload: bisect is on offer); a payload that is
+    not from git is offered no bisection, and may not default to one."""
+    from datetime import timedelta
+
+    from airflow.providers.standard.operators.hitl import HITLOperator
+
+    from benchflow.factory import build_dag
+
+    path = tmp_path / "toy_decide.yaml"
+    path.write_text(SPEC + "regressions:\n  decide: {within_hours: 8, default: accept}\n")
+    dag = build_dag(load_spec(path), register=False)
+    decide = dag.task_dict["decide"]
+    assert isinstance(decide, HITLOperator)
+    assert decide.options == ["accept as the new baseline", "bisect", "ignore"]
+    assert decide.defaults == ["accept as the new baseline"] and decide.response_timeout == timedelta(hours=8)
+    assert "reason" in decide.params
+    assert dag.task_dict["needs_decision"].upstream_task_ids == {"detect_regressions"}
+    assert decide.upstream_task_ids == {"needs_decision"}
+    assert dag.task_dict["bisect_decided"].upstream_task_ids == {"record_decision"}
+
+    local = tmp_path / "toy_local.yaml"
+    text = SPEC.replace("payload: {repo: /srv/git/toy.git, ref: main, path: kernels/toy}", "payload: moe")
+    local.write_text(text + "regressions:\n  decide: {}\n")
+    plain = build_dag(load_spec(local), register=False)
+    assert plain.task_dict["decide"].options == ["accept as the new baseline", "ignore"]
+    assert "bisect_decided" not in plain.task_dict
+    local.write_text(text + "regressions:\n  decide: {default: bisect}\n")
+    with pytest.raises(SpecError, match="bisect needs a payload from git"):
+        load_spec(local)

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from benchflow.spec import load_all
+from benchtools.stack import EDGE_EXECUTOR
 from tests.conftest import PROJECT_ROOT
 
 pytestmark = pytest.mark.unit
@@ -35,16 +36,31 @@ def test_services_of_the_airflow_stack_and_the_simulated_gpu_host(compose):
     assert commands["airflow-dag-processor"] == "dag-processor" and commands["airflow-triggerer"] == "triggerer"
 
 
-def test_celery_executor_with_postgres_and_redis(compose):
+def test_celery_and_edge_executors_with_postgres_and_redis(compose):
     for name in AIRFLOW:
         env = compose["services"][name]["environment"]
-        assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+        assert env["AIRFLOW__CORE__EXECUTOR"] == f"CeleryExecutor,{EDGE_EXECUTOR}"
+        assert env["AIRFLOW__EDGE__API_ENABLED"] == "true"
+        assert env["AIRFLOW__EDGE__API_URL"] == "http://airflow-apiserver:8080/edge_worker/v1/rpcapi"
         assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://")
         assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].split("@")[1].startswith("postgres/")
         assert (
             env["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://")
             and "@redis:6379" in env["AIRFLOW__CELERY__BROKER_URL"]
         )
+
+
+def test_an_edge_worker_to_try_edge_hosts_polls_the_api_server_with_the_shared_secret(compose):
+    worker = compose["services"]["airflow-edge-worker"]
+    assert worker["profiles"] == ["edge"]  # started on request: docker compose --profile edge up -d
+    assert worker["command"].startswith("edge worker --queues ") and worker["command"].endswith("--concurrency 1")
+    assert (
+        worker["environment"]["BENCH_VAR_DIR"] != compose["services"]["airflow-worker"]["environment"]["BENCH_VAR_DIR"]
+    )
+    for name in (*AIRFLOW, "airflow-edge-worker"):  # one key and one secret for all, from .env (make compose-env)
+        env = compose["services"][name]["environment"]
+        assert env["AIRFLOW__CORE__FERNET_KEY"] == "${AIRFLOW__CORE__FERNET_KEY:?run make compose-env first}"
+        assert env["AIRFLOW__API_AUTH__JWT_SECRET"] == "${AIRFLOW__API_AUTH__JWT_SECRET:?run make compose-env first}"
 
 
 def test_project_folders_are_mounted(compose):

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -324,3 +325,94 @@ def test_a_suffix_in_another_case_is_refused_by_name(tmp_path, name):
     assert [e.lines() for e in errors] == [
         [f"{tmp_path / name}:?: <top>: a spec's file name ends in .yaml or .yml, in lower case: rename it to camp.yaml"]
     ]
+
+
+@pytest.mark.parametrize(
+    ("schedule", "deadline", "expected"),
+    [
+        ('"30 2 * * *"', '"07:00"', ("logical", 4.5 * 3600)),  # a 02:30 nightly due at 07:00
+        ("'@daily'", '"06:15"', ("logical", 6.25 * 3600)),
+        ('"0 22 * * *"', '"06:00"', ("logical", 8 * 3600)),  # due the next morning
+        ("'@hourly'", "90m", ("queued", 5400)),
+        ("null", "45s", ("queued", 45)),
+    ],
+)
+def test_a_deadline_is_a_clock_time_of_a_daily_schedule_or_a_time_after_queueing(
+    tmp_path, schedule, deadline, expected
+):
+    spec = load_spec(write(tmp_path, GOOD + f"schedule: {schedule}\ndeadline: {deadline}\n"))
+    reference, interval = spec.deadline_after()
+    assert (reference, interval.total_seconds()) == expected
+
+
+@pytest.mark.parametrize(
+    ("schedule", "deadline", "says"),
+    [
+        ("'@hourly'", '"07:00"', "needs a daily schedule"),
+        ('"0 2 * * 1"', '"07:00"', "needs a daily schedule"),  # weekly
+        ("'@daily'", '"7am"', "deadline"),
+        ("'@daily'", '"24:00"', "deadline"),
+        ("'@daily'", "0m", "deadline"),
+    ],
+)
+def test_a_deadline_that_cannot_be_kept_is_refused_naming_it(tmp_path, schedule, deadline, says):
+    with pytest.raises(SpecError, match=says):
+        load_spec(write(tmp_path, GOOD + f"schedule: {schedule}\ndeadline: {deadline}\n"))
+
+
+def test_a_missed_deadline_tells_the_notifier_what_is_still_running():
+    from benchflow.deadline_alert import missed_event, run_of
+
+    context = {"dag_run": {"dag_id": "bench_x", "dag_run_id": "scheduled__2026-12-04T02:30:00+00:00"}}
+    assert run_of(context) == ("bench_x", "scheduled__2026-12-04T02:30:00+00:00")  # the REST API's field names
+
+    states = {"preflight": "success", "acquire_host": "up_for_reschedule", "verdict": None, "parse": "skipped"}
+    event = missed_event("07:00", "2026-12-04 07:00:00+00:00", states)
+    assert event["still_running"] == {"acquire_host": "up_for_reschedule", "verdict": None}
+    assert event["event"] == "deadline missed" and event["deadline"] == "07:00"
+
+
+def test_an_edge_host_sends_the_host_tasks_to_its_queue_and_waits_there_without_the_triggerer(tmp_path):
+    """host: edge:<queue> is the Edge worker of that queue: every host task goes to it (the Edge executor), the
+    rest of the run to the default executor, and the wait checks the log there in reschedule mode."""
+    from benchflow.factory import build_dag
+
+    dag = build_dag(load_spec(write(tmp_path, GOOD.replace("host: local", "host: edge:gpu_edge"))), register=False)
+    on_edge = {t.task_id for t in dag.tasks if (t.executor, t.queue) == ("EdgeExecutor", "gpu_edge")}
+    assert {"acquire_host", "launch_benchmark", "wait_done", "fetch_artifacts", "release_host"} <= on_edge
+    assert {"parse", "validate", "load"}.isdisjoint(on_edge) and dag.task_dict["parse"].executor is None
+    wait = dag.task_dict["wait_done"]
+    assert (wait.deferrable, wait.mode, wait.poke_interval) == (False, "reschedule", 15.0)  # 5 s asked: see factory
+    assert dag.task_dict["acquire_host"].poke_interval >= 15.0
+    local = build_dag(load_spec(write(tmp_path, GOOD)), register=False)
+    assert local.task_dict["wait_done"].executor is None and local.task_dict["wait_done"].deferrable
+
+
+@pytest.mark.parametrize(
+    ("host", "says"),
+    [
+        ("host: edge:gpu_edge\nhosts: [edge:gpu_edge, gpu_b]", "Edge hosts (edge:<queue>) and other hosts cannot"),
+        ("host: edge:bad;queue", "host"),
+        ("host: edge:", "host"),
+    ],
+)
+def test_edge_hosts_share_a_campaign_with_no_other_kind_of_host_and_are_queue_names(tmp_path, host, says):
+    with pytest.raises(SpecError, match=re.escape(says)):
+        load_spec(write(tmp_path, GOOD.replace("host: local", host)))
+
+
+def test_a_run_of_a_pool_of_edge_hosts_goes_to_the_queue_of_the_host_it_picked(tmp_path):
+    """The scheduler's policy (benchflow.policy) moves a run's host tasks to the Edge queue of its host param; a
+    scheduled run (no conf) keeps the default host's queue, and tasks off the host are never moved."""
+    from benchflow.factory import build_dag
+    from benchflow.policy import edge_queue_of_run
+
+    pool = GOOD.replace("host: local", "host: edge:gpu_a\nhosts: [edge:gpu_a, edge:gpu_b]")
+    dag = build_dag(load_spec(write(tmp_path, pool)), register=False)
+    launch, parse = dag.task_dict["launch_benchmark"], dag.task_dict["parse"]
+    assert (launch.executor, launch.queue) == ("EdgeExecutor", "gpu_a")  # the default host's
+    assert edge_queue_of_run(launch, {"host": "edge:gpu_b"}) == "gpu_b"
+    assert edge_queue_of_run(launch, {}) is None and edge_queue_of_run(launch, None) is None
+    assert edge_queue_of_run(parse, {"host": "edge:gpu_b"}) is None
+    single = build_dag(load_spec(write(tmp_path, GOOD.replace("host: local", "host: edge:gpu_a"))), register=False)
+    assert edge_queue_of_run(single.task_dict["launch_benchmark"], {"host": "edge:gpu_b"}) is None  # no host param

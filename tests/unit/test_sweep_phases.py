@@ -80,9 +80,10 @@ def test_search_arguments_are_checked_before_any_client_runs(capsys):
         with pytest.raises(SystemExit):
             args("--search", json.dumps(bad))
         assert says in capsys.readouterr().err
+    assert args("--client", "local", "--search", json.dumps(rate)).search.over == "request_rate"  # loadgen has rates
     with pytest.raises(SystemExit):
-        args("--client", "local", "--search", json.dumps(rate))
-    assert "needs a client with --request-rate" in capsys.readouterr().err
+        args("--client", "sglang", "--request-rate", "2,4", "--prompts", "8,8", "--burstiness", "0.5")
+    assert "SGLang's bench_serving sends Poisson" in capsys.readouterr().err
 
 
 def test_an_sglang_result_without_a_failed_count_gets_one_from_its_errors(tmp_path):

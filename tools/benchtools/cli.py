@@ -348,7 +348,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         a, b = Side.parse(args.a), Side.parse(args.b)
         warehouse = Warehouse.from_airflow(read_only=True)
-        outcome = compare_runs(warehouse, a, b, args.point, args.metric, args.include_noisy)
+        outcome = compare_runs(warehouse, a, b, args.point, args.metric, args.include_noisy, args.across_datasets)
     except (ValueError, LookupError, FileNotFoundError) as exc:
         print(f"bench compare: {exc}", file=sys.stderr)
         return 1
@@ -538,12 +538,17 @@ SUBCOMMANDS: list[tuple[str, Callable[[argparse.Namespace], int], str, str, list
         [
             arg("a", help="the reference, e.g. serving_tp4 or serving_local:single"),
             arg("b", help="the other side, e.g. serving_pd or serving_local:pd@2026-11-28"),
-            arg("--point", help="one point only, e.g. concurrency=16 or m=256"),
+            arg("--point", help="one point only, e.g. concurrency=16, request_rate=4 or m=256"),
             arg("--metric", help="one metric only, e.g. output_throughput"),
             arg(
                 "--include-noisy",
                 action="store_true",
                 help="compare rows measured noisy, throttled or contended too (left out by default, and counted)",
+            ),
+            arg(
+                "--across-datasets",
+                action="store_true",
+                help="compare runs measured on different datasets (refused by default: different work), with a warning",
             ),
         ],
     ),

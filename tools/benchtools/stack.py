@@ -17,6 +17,8 @@ functions below (its pids in a state file, stopped by ``bench down``).
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import os
 import secrets
@@ -36,6 +38,8 @@ from benchtools.airflow_env import IGNORE_FILE_SYNTAX, PROCESS_CONTEXT
 from benchtools.net import free_port
 
 LOCAL_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+EDGE_EXECUTOR = "airflow.providers.edge3.executors.EdgeExecutor"
+EDGE_WORKER = "edge worker"
 CELERY_COMPONENTS = (*LOCAL_COMPONENTS, "celery worker")
 USER = "admin"
 REDIS = os.environ.get("BENCH_TEST_REDIS", "redis://127.0.0.1:6379")
@@ -58,12 +62,33 @@ def airflow_bin(name: str = "airflow") -> str:
     return str(candidate) if candidate.exists() else (shutil.which(name) or name)
 
 
+def spec_bundles(spec_repo: str) -> list[dict[str, Any]]:
+    """Airflow's DAG bundles when campaign specs also come from git: the DAGs folder (this project's DAGs, the
+    campaigns folder's specs), and ``spec_repo`` (a URL or path, its ``main``; a file of ``include/spec-repo/``
+    beside the specs) through the git provider's bundle. Its connection ``bench_specs_git``, when there is one,
+    brings the credentials (a token, a key and the host key it pins); a public or local repository needs none."""
+    return [
+        {"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle", "kwargs": {}},
+        {
+            "name": "campaign-specs",
+            "classpath": "airflow.providers.git.bundles.git.GitDagBundle",
+            "kwargs": {"tracking_ref": "main", "repo_url": spec_repo, "git_conn_id": "bench_specs_git"},
+        },
+    ]
+
+
 def base_environment(
-    home: Path, db_uri: str, port: int, jwt_secret: str, passwords: Path, executor: str = "LocalExecutor"
+    home: Path,
+    db_uri: str,
+    port: int,
+    jwt_secret: str,
+    passwords: Path,
+    executor: str = "LocalExecutor",
+    spec_repo: str | None = None,
 ) -> dict[str, str]:
-    """The components' environment: this project's DAGs and plugins, ``executor``, the simple auth manager with
-    one admin (its password in ``passwords``), everything else of this process's environment but its Airflow
-    settings."""
+    """The components' environment: this project's DAGs and plugins (and the specs of ``spec_repo``, a git
+    repository, when given), ``executor``, the simple auth manager with one admin (its password in
+    ``passwords``), everything else of this process's environment but its Airflow settings."""
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__") and k != PROCESS_CONTEXT}
     env.update(
@@ -83,10 +108,34 @@ def base_environment(
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_STORAGE_PATH": str(home / "dag_bundles"),
             "GX_ANALYTICS_ENABLED": "false",
         }
     )
+    if spec_repo:
+        env["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps(spec_bundles(spec_repo))
     return env
+
+
+def edge_settings(executor: str, url: str) -> dict[str, str]:
+    """The settings that add Airflow's Edge executor beside ``executor``: its API on the api-server (Edge workers
+    poll it over HTTP for their queue's tasks and report back; they need no database and take no inbound
+    connection), polled every second."""
+    return {
+        "AIRFLOW__CORE__EXECUTOR": f"{executor},{EDGE_EXECUTOR}",
+        "AIRFLOW__EDGE__API_ENABLED": "True",
+        "AIRFLOW__EDGE__API_URL": f"{url}/edge_worker/v1/rpcapi",
+        "AIRFLOW__EDGE__JOB_POLL_INTERVAL": "1",
+    }
+
+
+def edge_worker_env(env: Mapping[str, str], var: Path) -> dict[str, str]:
+    """An Edge worker's environment, as on a GPU host: the api-server's URL and the shared secret its tokens are
+    signed with, its own ``var`` folder (its host's workdirs), no metadata DB. Its artifacts go to the store every
+    worker reads (``BENCH_ARTIFACTS_URL``), never to its own disk."""
+    worker = {k: v for k, v in env.items() if k != "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"}
+    store = env.get("BENCH_ARTIFACTS_URL") or f"file://{Path(env['BENCH_VAR_DIR']) / 'artifacts'}"
+    return worker | {"BENCH_VAR_DIR": str(var), "BENCH_ARTIFACTS_URL": store}
 
 
 def component_args(component: str, port: int) -> list[str]:
@@ -235,6 +284,8 @@ class AirflowStack:
         connections: dict[str, dict[str, Any]],
         worker_concurrency: int = 8,
         extra_env: dict[str, str] | None = None,
+        spec_repo: Path | None = None,
+        edge: bool = False,
     ):
         self.root = Path(root)
         self.name = f"benchflow_stack_{os.getpid()}_{secrets.token_hex(3)}"
@@ -249,7 +300,10 @@ class AirflowStack:
         passwords = self.home / "passwords.json"
         passwords.write_text(json.dumps({USER: self.password}))
         db = f"postgresql+psycopg2://postgres@127.0.0.1:5432/{self.name}"
-        self.env = base_environment(self.home, db, self.port, secrets.token_urlsafe(32), passwords, "CeleryExecutor")
+        jwt = secrets.token_urlsafe(32)
+        self.env = base_environment(
+            self.home, db, self.port, jwt, passwords, "CeleryExecutor", str(spec_repo) if spec_repo else None
+        )
         self.env = {k: v for k, v in self.env.items() if not k.startswith(("AIRFLOW_CONN_", "BENCH_"))}
         self.env.update(
             {
@@ -261,12 +315,23 @@ class AirflowStack:
                 "AIRFLOW__CORE__PARALLELISM": "64",
                 "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "16",
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-                "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
+                # a new DAG file is parsed on sight; parsing the unchanged ones again took a fifth of a core at
+                # 10 s, a twenty-fifth at 60 s (dag-processor CPU, idle stack), and no stack test edits a DAG file
+                "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "60",
                 "AIRFLOW__TRIGGERER__CAPACITY": "1000",
+                # every component's key, given: left to them, each `airflow <component>` started at once writes
+                # airflow.cfg with a key of its own, and a trigger one of them encrypts another cannot read
+                "AIRFLOW__CORE__FERNET_KEY": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
                 "BENCH_VAR_DIR": str(self.var),
+                # one store for every worker, the Edge workers' included (each has a var folder of its own)
+                "BENCH_ARTIFACTS_URL": f"file://{self.var / 'artifacts'}",
                 "BENCH_CAMPAIGNS_DIR": str(campaigns),
                 "BENCH_KERNELS_DIR": str(kernels),
                 **{f"AIRFLOW_CONN_{cid.upper()}": json.dumps(conn) for cid, conn in connections.items()},
+                **(edge_settings("CeleryExecutor", self.url) if edge else {}),
+                # a worker gone is noticed in 25 s, its task's last heartbeat is old after 60 s (not 150 and 300)
+                **({"AIRFLOW__EDGE__HEARTBEAT_INTERVAL": "5"} if edge else {}),
+                **({"AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60"} if edge else {}),
                 **(extra_env or {}),
             }
         )
@@ -295,6 +360,24 @@ class AirflowStack:
 
     def _dead(self) -> list[str]:
         return [component for component, proc in self.procs.items() if proc.poll() is not None]
+
+    def start_edge_worker(self, queue: str, name: str) -> Path:
+        """An Edge worker ``name`` serving ``queue`` with one slot (``airflow edge worker``), as a GPU host runs
+        one: its environment :func:`edge_worker_env`. Returns its var folder, the queue's (its ``edge:<queue>``
+        host's workdir is under ``hosts/``). A worker that replaces a killed one takes another name: Airflow holds
+        a name until it has seen the worker gone."""
+        var = self.root / f"edge-{queue}"
+        extra = ["--queues", queue, "--concurrency", "1", "--edge-hostname", name]
+        env = edge_worker_env(self.env, var)
+        self.procs[EDGE_WORKER] = start_component(EDGE_WORKER, self.port, env, self.root, extra)
+        return var
+
+    def kill_edge_worker(self) -> None:
+        """The Edge worker's process group killed at once (SIGKILL), as a host that lost power or its network."""
+        proc = self.procs.pop(EDGE_WORKER)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
 
     def check_alive(self) -> None:
         if dead := self._dead():

@@ -27,6 +27,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -86,11 +87,32 @@ def environment(paths: Paths, db_uri: str, port: int) -> dict[str, str]:
     """The components' environment: :func:`benchtools.stack.base_environment` with the LocalExecutor, one task
     at a time on SQLite, this checkout's ``var/``."""
     secret = _secret(paths.secret, lambda: secrets.token_urlsafe(32))
-    env = stack.base_environment(paths.airflow_home, db_uri, port, secret, paths.passwords)
+    spec_repo = os.environ.get("BENCH_SPEC_REPO")  # campaign specs from git too (README, "Specs from git")
+    env = stack.base_environment(paths.airflow_home, db_uri, port, secret, paths.passwords, spec_repo=spec_repo)
     env["AIRFLOW__CORE__PARALLELISM"] = "1" if db_uri.startswith("sqlite") else "16"
     env["AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL"] = "10"
     env.setdefault("BENCH_VAR_DIR", str(var_dir()))
+    if edge_queue():
+        env |= stack.edge_settings(env["AIRFLOW__CORE__EXECUTOR"], f"http://127.0.0.1:{port}")
     return env
+
+
+def edge_queue() -> str | None:
+    """``BENCH_EDGE_QUEUE``: the queue of a local Edge worker bench up runs beside the stack (the Edge executor
+    beside the LocalExecutor), for trying a campaign on host ``edge:<queue>`` here."""
+    queue = os.environ.get("BENCH_EDGE_QUEUE") or None
+    if queue is not None and not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,99}", queue):
+        raise RuntimeError(f"BENCH_EDGE_QUEUE={queue!r}: a queue is a letter, then letters, digits, '_', '.', '-'")
+    return queue
+
+
+def _start_edge_worker(env: dict[str, str], port: int, logs: Path) -> int:
+    """The local Edge worker of ``BENCH_EDGE_QUEUE``, one slot, with a var folder of its own (its host's
+    workdirs), as a GPU host would run it: its pid."""
+    queue = str(edge_queue())
+    worker_env = stack.edge_worker_env(env, var_dir() / f"edge-{queue}")
+    extra = ["--queues", queue, "--concurrency", "1"]
+    return stack.start_component(stack.EDGE_WORKER, port, worker_env, logs, extra).pid
 
 
 def read_state(paths: Paths | None = None) -> dict[str, Any] | None:
@@ -193,6 +215,9 @@ def _up(paths: Paths, port: int | None, db: str | None, timeout: float | None, o
             # the scheduler starts what waits for it (a report of an earlier bench run's load) at once, and its
             # tasks report to the api-server: one started before it listens fails, a red run on the first page
             _wait_answering(url, dead, timeout)
+    if edge_queue():
+        pids[stack.EDGE_WORKER] = _start_edge_worker(env, port, paths.logs)
+        write_private(paths.state, json.dumps(state, indent=2))
     at_fault, what = stack.wait_healthy(url, dead, timeout)
     if at_fault:
         report = stack.failure_report(paths.logs, at_fault, what)

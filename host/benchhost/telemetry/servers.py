@@ -238,7 +238,7 @@ def phase_server_rows(
     out = []
     for phase in phases:
         r = phase.record
-        key = {k: r.get(k) for k in ("config", "concurrency", "repeat", "warmup")}
+        key = {k: r.get(k) for k in ("config", "concurrency", "request_rate", "repeat", "warmup")}
         for e in (e for e in endpoints if e.config == r.get("config")):
             figures = server_phase(series[e.index], phase.start, phase.end)
             note = "" if figures["scrapes"] else (notes or {}).get(e.index) or "no samples in the phase"

@@ -13,6 +13,7 @@ unit of work, host load, validity). Plain dicts, ready for a warehouse table or 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,7 +24,7 @@ from benchhost.telemetry.validity import Limits, Verdict, contention, kernel_noi
 from benchhost.telemetry.window import phase_span, steady_window, tokens_between
 
 KERNEL_PHASE = ("dtype", "m")  # what joins a kernel sweep's rows to their phases
-SERVING_PHASE = ("config", "concurrency", "repeat")  # and a serving sweep's
+SERVING_PHASE = ("config", "concurrency", "request_rate", "repeat")  # and a serving sweep's
 
 
 def parse_gpus(text: str | None) -> list[int]:
@@ -185,22 +186,43 @@ def serving_rows(
     per_gpu = by_gpu(samples)
     by_key: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for request in requests:
-        by_key.setdefault((request.get("config"), request.get("concurrency"), request.get("repeat", 1)), []).append(
-            request
-        )
+        by_key.setdefault(_request_phase(request), []).append(request)
     noise = serving_noise(rows, limits)
     out = []
-    for row, phase, noisy in zip(rows, match_rows(SERVING_PHASE, rows, phases), noise, strict=True):
+    keyed = [{**row, "request_rate": finite_rate(row.get("request_rate"))} for row in rows]  # inf: no limit
+    for row, phase, noisy in zip(rows, match_rows(SERVING_PHASE, keyed, phases), noise, strict=True):
         servers = (gpu_servers_by_config or {}).get(row.get("config") or "") or {}
         used = sorted(servers) or sorted(per_gpu)
-        reqs = by_key.get((row.get("config"), row.get("concurrency"), row.get("repeat", 1)), [])
+        reqs = by_key.get(_request_phase(row), [])
         load = host_load(phase.record) if phase else None
         findings = {"noisy": noisy, "contended": contention(load, limits)}
         stats, findings["throttled"] = _phase_throttle(per_gpu, phase, used, servers, limits) if phase else ([], None)
-        cols = {**serving_energy(per_gpu, used, reqs, int(row.get("concurrency") or 0)), **load_columns(load)}
+        cols = {**serving_energy(per_gpu, used, reqs, in_flight(row)), **load_columns(load)}
         cols["throttle_reasons"] = ", ".join(sorted({r for g in stats for r in g.throttle_reasons}))
         out.append({**cols, **_verdict_columns(_judge(findings, phase, per_gpu, stats, limits))})
     return out
+
+
+def finite_rate(value: Any) -> float | None:
+    """A phase's request rate as its key has it: None for no limit (a client's ``inf``, or none said)."""
+    rate = None if value is None else float(value)
+    return rate if rate is not None and math.isfinite(rate) else None
+
+
+def _request_phase(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A request's (or a row's) phase: config, concurrency, request rate (None: no limit), repeat."""
+    return row.get("config"), row.get("concurrency"), finite_rate(row.get("request_rate")), row.get("repeat", 1)
+
+
+def in_flight(row: Mapping[str, Any]) -> int:
+    """The requests a phase keeps in flight, B of its steady state: its concurrency; at a request rate without a
+    cap, Little's law over what it measured (rate × mean end-to-end latency, at least 1)."""
+    if row.get("concurrency"):
+        return int(row["concurrency"])
+    rate, e2e_ms = finite_rate(row.get("request_rate")), row.get("mean_e2e_ms")
+    if rate and e2e_ms and math.isfinite(float(rate) * float(e2e_ms)):
+        return max(1, round(float(rate) * float(e2e_ms) / 1e3))
+    return 0
 
 
 def phase_gpu_rows(
@@ -216,7 +238,7 @@ def phase_gpu_rows(
     for phase in phases:
         r = phase.record
         servers = (gpu_servers_by_config or {}).get(r.get("config") or "") or {}
-        key = {k: r.get(k) for k in ("config", "concurrency", "repeat", "warmup", "dtype", "m")}
+        key = {k: r.get(k) for k in ("config", "concurrency", "request_rate", "repeat", "warmup", "dtype", "m")}
         for g in phase_gpus(per_gpu, phase.start, phase.end, servers, limits.benign_reasons):
             stats = {k: v for k, v in vars(g).items() if k not in ("reasons", "throttle_reasons", "index", "judged")}
             out.append(

@@ -109,12 +109,12 @@ def kernel_noise(row: Mapping[str, Any], limits: Limits) -> str | None:
 
 def serving_noise(rows: Sequence[Mapping[str, Any]], limits: Limits) -> list[str | None]:
     """Per row, the spread of its case's repeats when above the limit (warm-up rows are not judged)."""
-    groups: dict[tuple[Any, Any], list[float]] = {}
+    groups: dict[tuple[Any, ...], list[float]] = {}
     for row in rows:
         value = row.get(limits.serving_metric)
         if not row.get("warmup") and isinstance(value, int | float) and math.isfinite(value):
-            groups.setdefault((row.get("config"), row.get("concurrency")), []).append(float(value))
-    found: dict[tuple[Any, Any], str] = {}
+            groups.setdefault(_case(row), []).append(float(value))
+    found: dict[tuple[Any, ...], str] = {}
     for case, values in groups.items():
         mean = statistics.fmean(values)
         if len(values) >= 2 and mean > 0:
@@ -124,7 +124,13 @@ def serving_noise(rows: Sequence[Mapping[str, Any]], limits: Limits) -> list[str
                     f"{limits.serving_metric} varies {cv:.0%} across {len(values)} repeats "
                     f"(coefficient of variation; limit {limits.repeat_cv_max:.0%})"
                 )
-    return [None if row.get("warmup") else found.get((row.get("config"), row.get("concurrency"))) for row in rows]
+    return [None if row.get("warmup") else found.get(_case(row)) for row in rows]
+
+
+def _case(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A serving case: config × concurrency × request rate (either may be None: no cap, no rate limit)."""
+    rate = None if row.get("request_rate") is None else float(row["request_rate"])
+    return row.get("config"), row.get("concurrency"), rate if rate is not None and math.isfinite(rate) else None
 
 
 def verdict(findings: Mapping[str, str | None], limits: Limits, unjudged: Sequence[str] = ()) -> Verdict:

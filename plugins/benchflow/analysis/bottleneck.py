@@ -8,6 +8,7 @@ signals were missing and which disagreed. Pure: no I/O beyond reading the rules 
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -199,13 +200,15 @@ def _unique(rows: Sequence[Mapping[str, Any]], column: str) -> list[Any]:
 
 
 def _config_line(config: str, rows: Sequence[Mapping[str, Any]]) -> str:
-    """``bottleneck pd at concurrency 8 (3 of 3 repeats): decode-bound: decode holds 94 % ...``."""
-    loads = [float(r["concurrency"]) for r in rows if _number(r.get("concurrency")) is not None]
-    top = [r for r in rows if r.get("concurrency") == max(loads)] if loads else list(rows)
+    """``bottleneck pd at concurrency 8 (3 of 3 repeats): decode-bound: decode holds 94 % ...`` (or ``at request
+    rate 4``)."""
+    axis = load_axis(rows)
+    loads = [float(r[axis]) for r in rows if _number(r.get(axis)) is not None]
+    top = [r for r in rows if r.get(axis) == max(loads)] if loads else list(rows)
     verdicts = [str(r.get("verdict")) for r in top]
     common = max(set(verdicts), key=verdicts.count)
     said = next(str(r.get("says")) for r in top if r.get("verdict") == common)
-    at = f" at concurrency {max(loads):g}" if loads else ""
+    at = f" at {axis.replace('_', ' ')} {max(loads):g}" if loads else ""
     return f"bottleneck {config}{at} ({verdicts.count(common)} of {len(top)} repeats): {said}"
 
 
@@ -216,7 +219,14 @@ def same_limiter(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]])
     return tops[0] if tops[0] is not None and tops[0] == tops[1] and tops[0] != NO_EVIDENCE else None
 
 
+def load_axis(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The load the phases were measured at: request_rate when any phase has one, else concurrency."""
+    rates = [_number(r.get("request_rate")) for r in rows]
+    return "request_rate" if any(q is not None and math.isfinite(q) for q in rates) else "concurrency"
+
+
 def _common(rows: Sequence[Mapping[str, Any]]) -> str | None:
-    loads = [float(r["concurrency"]) for r in rows if _number(r.get("concurrency")) is not None]
-    verdicts = [str(r.get("verdict")) for r in rows if not loads or r.get("concurrency") == max(loads)]
+    axis = load_axis(rows)
+    loads = [float(r[axis]) for r in rows if _number(r.get(axis)) is not None]
+    verdicts = [str(r.get("verdict")) for r in rows if not loads or r.get(axis) == max(loads)]
     return max(set(verdicts), key=verdicts.count) if verdicts else None

@@ -318,14 +318,45 @@ def compare_runs(
     point: str | None = None,
     metric: str | None = None,
     include_noisy: bool = False,
+    across_workloads: bool = False,
 ) -> Outcome:
     """Every point and metric both sides have (or the one asked for), ``b`` against ``a``, points in numeric
     order, with the runs compared and the points whose settings differ; rows that are not ``ok`` only when
-    ``include_noisy``."""
+    ``include_noisy``. Sides measured on different workloads (datasets) are refused (ValueError) unless
+    ``across_workloads``, which compares them with a warning."""
     left, right = resolve(warehouse, a, include_noisy), resolve(warehouse, b, include_noisy)
+    differ = workload_differences(warehouse, left, right)
+    if differ and not across_workloads:
+        raise ValueError(
+            f"{a} and {b} measured different workloads ({'; '.join(differ)}): their figures are not comparable "
+            "(--across-datasets compares them anyway, with a warning)"
+        )
     rows = _rows(warehouse, left, right, point, metric)
     points = sorted({r.point for r in rows}, key=point_order)
-    return Outcome(left, right, rows, setting_warnings(warehouse, left, right, points))
+    warnings = [f"the sides measured different workloads: {line}" for line in differ]
+    return Outcome(left, right, rows, warnings + setting_warnings(warehouse, left, right, points))
+
+
+def workload_differences(warehouse: Warehouse, a: Resolved, b: Resolved) -> list[str]:
+    """A line per column that must match for rows to be compared (a kind's ``comparable_by``: the dataset and its
+    sha256) and does not: ``dataset: A sharegpt:chat.json, B random``. A side that does not say (rows stored
+    before the column existed) is not held against the other."""
+    metrics = {str(m) for m in a.samples["metric"]} | {str(m) for m in b.samples["metric"]}
+    lines = []
+    for kind in [k for k in kinds.all_kinds() if k.comparable_by and metrics & {t.column for t in k.trend}]:
+        found = [_values(warehouse, kind, side) for side in (a, b)]
+        for column in kind.comparable_by:
+            mine, theirs = (f.get(column, set()) for f in found)
+            if mine and theirs and mine != theirs:
+                lines.append(f"{column}: A {' or '.join(sorted(mine))}, B {' or '.join(sorted(theirs))}")
+    return lines
+
+
+def _values(warehouse: Warehouse, kind: ResultKind, side: Resolved) -> dict[str, set[str]]:
+    frame = queries.point_settings(
+        warehouse, kind, side.side.campaign, side.run_id, kind.comparable_by, side.side.config
+    )
+    return {c: {str(v) for v in frame[c].dropna()} for c in kind.comparable_by if c in frame}
 
 
 def compare_sides(

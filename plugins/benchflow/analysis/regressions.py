@@ -14,9 +14,14 @@ then the spread decides:
 Which way is worse is known per metric (each kind declares it). Thresholds are data in the spec,
 overridable per GPU model (ReFrame-style). A finding records its interval and which test made it.
 
-A run's :class:`~benchflow.records.Verdict` has three states: regressed, fine against N baseline nights, or not
-judged and why: a manual run (its conf may override what the scheduled nights ran, so it has no baseline of its
-own kind), a history shorter than ``min_runs`` ("2 of 5 nights"), a run that is not ``ok``, or no valid rows.
+Beyond tonight, every case's nightly series (the last 60 valid scheduled nights) is searched for change points
+(:mod:`benchflow.analysis.changepoints`, E-divisive means): each is stored with its night, commits and size, and a
+recent one in the worse direction makes a run whose own check found nothing "suspected drift since <night>".
+
+A run's :class:`~benchflow.records.Verdict` has four states: regressed, fine against N baseline nights, suspected
+drift, or not judged and why: a manual run (its conf may override what the scheduled nights ran, so it has no
+baseline of its own kind), a history shorter than ``min_runs`` ("2 of 5 nights"), a run that is not ``ok``, or no
+valid rows.
 """
 
 from __future__ import annotations
@@ -24,11 +29,13 @@ from __future__ import annotations
 import importlib
 import statistics
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from benchflow import kinds
 from benchflow.records import Finding, Verdict
 from benchflow.warehouse import queries
+
+SERIES_NIGHTS = 60  # the nights each case's series is searched for change points over
 
 if TYPE_CHECKING:
     from benchflow.spec import RegressionLimits
@@ -123,9 +130,9 @@ def assess(warehouse: Warehouse, dag_id: str, run_id: str, limits: RegressionLim
         bad = ", ".join(f"{int(r.n)} {r.validity}" for r in counts.itertuples(index=False) if r.validity != "ok")
         return Verdict.not_judged(f"invalid rows: {bad}" if bad else "no valid rows")
     first = current.iloc[0]
-    history = queries.baseline_means(
-        warehouse, str(first["campaign"]), str(first["gpu_model"]), run_id, first["t"], limits.lookback
-    )
+    campaign, gpu_model = str(first["campaign"]), str(first["gpu_model"])
+    since = queries.accepted_since(warehouse, campaign, gpu_model, first["t"])
+    history = queries.baseline_means(warehouse, campaign, gpu_model, run_id, first["t"], limits.lookback, since)
     nights: dict[tuple[str, str], list[float]] = {}
     runs: dict[tuple[str, str], set[str]] = {}
     for row in history.itertuples(index=False):
@@ -157,7 +164,41 @@ def assess(warehouse: Warehouse, dag_id: str, run_id: str, limits: RegressionLim
             findings.append(found)
     if len(unjudged) == len(cases):
         return Verdict.not_judged(f"no case with {limits.min_runs} nights of its own")
-    return Verdict("regressed" if findings else "fine", deepest, findings=findings, unjudged_cases=len(unjudged))
+    points = change_points(warehouse, campaign, gpu_model, first["t"], limits, since)
+    drift = None if findings else _drift(points, limits)
+    state = "regressed" if findings else "suspected drift" if drift else "fine"
+    return Verdict(state, deepest, drift or "", findings, len(unjudged), points)
+
+
+def change_points(
+    warehouse: Warehouse, campaign: str, gpu_model: str, until: object, limits: RegressionLimits, since: object = None
+) -> list:
+    """(case_key, metric, ChangePoint, nights) for every change point of every case's nightly series up to
+    ``until`` (the last :data:`SERIES_NIGHTS` valid scheduled nights on this GPU model, from an accepted
+    baseline's first night on)."""
+    from benchflow.analysis.changepoints import Night
+    from benchflow.analysis.changepoints import change_points as find_points
+
+    series = queries.nightly_series(warehouse, campaign, gpu_model, until, SERIES_NIGHTS, since)
+    out = []
+    for (case_key, metric), rows in series.groupby(["case_key", "metric"], sort=True):
+        nights = [Night(str(r.night), str(r.run_id), float(r.value), _text(r.commit)) for r in rows.itertuples()]
+        better: Literal["higher", "lower"] = "higher" if direction(str(metric)) == "higher_is_better" else "lower"
+        out += [(str(case_key), str(metric), point, len(nights)) for point in find_points(nights, better)]
+    return out
+
+
+def _drift(points: list, limits: RegressionLimits) -> str | None:
+    """ "suspected drift since <night>: …" for the earliest recent change point in the worse direction."""
+    recent = [(c, m, p) for c, m, p, n in points if p.worse and p.index >= n - limits.lookback]
+    if not recent:
+        return None
+    case_key, metric, point = min(recent, key=lambda found: found[2].night)
+    return f"suspected drift since {point.night}: {metric} at {case_key} {point.text()}"
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _samples(warehouse: Warehouse, campaign: str, gpu_model: str) -> dict[tuple[str, str, str], list[float]]:
@@ -172,5 +213,10 @@ def notify(callback: str | None, dag_id: str, run_id: str, findings: list[Findin
     """Call ``module:function(dag_id, run_id, findings)`` named in the spec (a chat or paging hook)."""
     if not callback or not findings:
         return
+    hook(callback)(dag_id, run_id, [asdict(f) for f in findings])
+
+
+def hook(callback: str) -> Any:
+    """The spec's ``module:function`` notifier (``regressions.notify``), imported."""
     module, _, name = callback.partition(":")
-    getattr(importlib.import_module(module), name)(dag_id, run_id, [asdict(f) for f in findings])
+    return getattr(importlib.import_module(module), name)

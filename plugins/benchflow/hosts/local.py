@@ -20,8 +20,8 @@ DRAIN_TIMEOUT_S = 10.0
 class LocalHost(Host):
     """This machine, with a workdir standing in for the remote host's."""
 
-    def __init__(self, workdir: Path | None = None, python: str | None = None):
-        self.name = "local"
+    def __init__(self, workdir: Path | None = None, python: str | None = None, name: str = "local"):
+        self.name = name
         self.workdir = str(Path(workdir or var_dir() / "hosts" / "local").resolve())
         self.python = python or host_python()
         Path(self.workdir).mkdir(parents=True, exist_ok=True)

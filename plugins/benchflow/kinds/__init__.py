@@ -21,6 +21,7 @@ import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from benchflow.kinds.options import BenchmarkOptions
@@ -112,6 +113,14 @@ def _no_parser_options(options: Any) -> dict[str, Any]:
     return {}
 
 
+def _nothing_shipped(options: Any) -> list[Path]:
+    return []
+
+
+def _no_notes(rows: list[dict[str, Any]]) -> list[str]:
+    return []
+
+
 def _no_config_args(options: Any, config: Any) -> dict[str, Any]:
     return {}
 
@@ -170,6 +179,19 @@ class ResultKind:
     from_side_files: (
         Callable[[list[dict[str, Any]], Mapping[str, list[dict[str, Any]]]], list[dict[str, Any]]] | None
     ) = None
+    # key columns a row may leave empty (serving: no concurrency cap, no request-rate limit): a case key leaves an
+    # empty one out (``config=pd,concurrency=8`` stays what it was before the kind had ``request_rate``)
+    sparse: tuple[str, ...] = ()
+    # columns whose values must match for two runs' rows to be compared (serving: the dataset and its sha256)
+    comparable_by: tuple[str, ...] = ()
+    # (the spec's benchmark options) → values every row of a run gets (serving: the dataset and its sha256)
+    spec_row_values: Callable[[Any], dict[str, Any]] = _no_parser_options
+    # (the spec's benchmark options) → files on the Airflow side the payload takes to the host, into
+    # ``payload/datasets/`` (serving: a dataset file)
+    shipped: Callable[[Any], list[Path]] = _nothing_shipped
+    # (rows, after from_side_files) → what the run's detail says of them (serving: a phase that did not reach the
+    # request rate it asked for); none by default
+    row_notes: Callable[[list[dict[str, Any]]], list[str]] = _no_notes
 
     def __post_init__(self) -> None:
         names = self.column_names
@@ -180,6 +202,8 @@ class ResultKind:
         ):
             if unknown := [c for c in used if c not in names]:
                 raise ValueError(f"kind {self.name!r}: {what} names unknown columns {unknown}")
+        if unknown := [c for c in (*self.sparse, *self.comparable_by) if c not in names]:
+            raise ValueError(f"kind {self.name!r}: sparse or comparable_by names unknown columns {unknown}")
         for what, column in (("repeat", self.repeat), ("group", self.group)):
             if column is not None and column not in self.key:
                 raise ValueError(f"kind {self.name!r}: {what} column {column!r} is not in its key")
@@ -209,6 +233,22 @@ class ResultKind:
     def case(self) -> tuple[str, ...]:
         """The key columns that tell cases apart: the key without its repeat column."""
         return tuple(c for c in self.key if c != self.repeat)
+
+    def axis(self, frame: pd.DataFrame) -> str:
+        """The load axis of these rows: the last point column whose value varies among them, else the last that has
+        a value (serving: request_rate for a rate sweep, concurrency otherwise; kernel: m)."""
+        levels = {c: _levels(frame[c]) for c in reversed(self.point or self.case) if c in frame}  # inf: no limit
+        columns = [c for c, values in levels.items() if values.notna().any()]
+        varying = [c for c in columns if levels[c].nunique() > 1]
+        return (varying or columns or [(self.point or self.case)[0]])[0]
+
+    def layout(self, frame: pd.DataFrame) -> tuple[list[str], str]:
+        """How rows are drawn and tabled: the case columns that tell series apart (those with a value in the rows,
+        the axis left out) and the axis (:meth:`axis`)."""
+        axis = self.axis(frame)
+        if not len(frame.columns):  # no rows to say: the group column(s)
+            return [c for c in self.case if c not in self.point], axis
+        return [c for c in self.case if c != axis and c in frame and _levels(frame[c]).notna().any()], axis
 
     @property
     def point(self) -> tuple[str, ...]:
@@ -256,6 +296,13 @@ class ResultKind:
             {**self.defaults, **{k: v for k, v in r.items() if v is not None or k not in self.defaults}} for r in rows
         ]
         return typed_frame(filled, self.columns)
+
+
+def _levels(values: pd.Series) -> pd.Series:
+    """A key column's levels: an infinite value (a client's request rate ``inf``: no limit) is none."""
+    import numpy as np
+
+    return values.replace([np.inf, -np.inf], np.nan) if values.dtype.kind == "f" else values
 
 
 def telemetry_columns(types: Mapping[str, ColumnType]) -> tuple[Column, ...]:

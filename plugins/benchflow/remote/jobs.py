@@ -61,15 +61,16 @@ def status_command(paths: RemoteJobPaths, marker: str) -> str:
     """One round trip: exit code, process group alive?, marker seen?, seconds since launch, the newest line that is
     not a library's noise (:data:`NOISE`).
 
-    Liveness is read before the marker: a job that writes the marker and exits between the two reads
-    is then seen alive-without-marker (wait again), never dead-without-marker (a false failure).
+    Liveness is read before the marker and the exit code: a job that writes the marker, or exits, between the
+    reads is then seen alive (wait again) or with its exit code, never dead without them (a false "died").
     """
     q = shlex.quote
     return (
         f"log={q(paths.log_file)}; ec={q(paths.exit_code_file)}; pidf={q(paths.pid_file)}; "
         f"st={q(started_file(paths))}\n"
-        'code=$(cat "$ec" 2>/dev/null || true); p=$(cat "$pidf" 2>/dev/null || true); alive=0\n'
+        'p=$(cat "$pidf" 2>/dev/null || true); alive=0\n'
         f"if {group_alive('$p')}; then alive=1; fi\n"
+        'code=$(cat "$ec" 2>/dev/null || true)\n'
         f'if grep -qxF -- {q(marker)} "$log" 2>/dev/null; then marker=1; else marker=0; fi\n'
         's=$(cat "$st" 2>/dev/null || true); elapsed=; [ -n "$s" ] && elapsed=$(( $(date +%s) - s ))\n'
         'printf "marker=%s exit=%s alive=%s pid=%s elapsed=%s\\n" "$marker" "$code" "$alive" "$p" "$elapsed"\n'

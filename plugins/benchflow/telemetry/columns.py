@@ -31,6 +31,7 @@ PHASE_GPUS: dict[str, ColumnType] = {
     "kind": "text",  # the result kind of the phase
     "config": "text",  # serving key
     "concurrency": "int",
+    "request_rate": "float",  # req/s (v17); null: no rate limit
     "repeat": "int",
     "warmup": "bool",
     "dtype": "text",  # kernel key
@@ -76,6 +77,7 @@ PHASE_SERVERS: dict[str, ColumnType] = {
     "kind": "text",
     "config": "text",
     "concurrency": "int",
+    "request_rate": "float",  # req/s (v17); null: no rate limit
     "repeat": "int",
     "warmup": "bool",
     "phase_start": "float",
@@ -107,6 +109,7 @@ PHASE_BOTTLENECKS: dict[str, ColumnType] = {
     "kind": "text",
     "config": "text",
     "concurrency": "int",
+    "request_rate": "float",  # req/s (v17); null: no rate limit
     "repeat": "int",
     "warmup": "bool",
     "dtype": "text",

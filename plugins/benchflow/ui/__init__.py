@@ -201,9 +201,10 @@ async def comparison(
     viewer: SignedIn,
     side: Annotated[list[str] | None, Query(max_length=MAX_NAME)] = None,
     baseline: Annotated[str | None, Query(max_length=MAX_NAME)] = None,
+    across_datasets: bool = False,
 ) -> HTMLResponse:
     """Configs of any campaigns side by side (:mod:`benchflow.ui.compare_pages`); the user must be able to read
-    the runs of every side's DAG."""
+    the runs of every side's DAG. Sides measured on different datasets are refused unless ``across_datasets``."""
     sides = side or []
 
     def work() -> HTMLResponse:
@@ -213,7 +214,9 @@ async def comparison(
                 return _page("Comparison", pages.forbidden(f"read the runs of {dag_id}"), status=403)
         warehouse = _warehouse()
         try:
-            body = compare_pages.page(warehouse, sides, baseline, pages.campaigns(warehouse), pages.specs()[0])
+            body = compare_pages.page(
+                warehouse, sides, baseline, pages.campaigns(warehouse), pages.specs()[0], across_datasets
+            )
         except compare_pages.Refused as exc:
             back = '<p class="muted"><a href="./">All campaigns</a></p>'
             return _page("Comparison", f'{back}<p class="bad">{escape(pages.clip(str(exc)))}</p>', status=400)

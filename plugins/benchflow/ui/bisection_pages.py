@@ -44,7 +44,7 @@ def _short(sha: Any) -> str:
 def with_bisect(warehouse: Warehouse, campaign: str, findings: pd.DataFrame) -> tuple[pd.DataFrame, Any]:
     """The findings with a ``bisect`` column, and the link each of its cells gets: the bisect DAG's trigger
     form for that case and metric, from the last good run's payload commit to the regressed run's (only where
-    both commits are known: a git payload)."""
+    both commits are known: a git payload), or the page of the automatic bisection that covers it."""
     try:
         commits = queries.finding_commits(warehouse, campaign) if len(findings) else None
     except Exception:  # a warehouse from before payload commits
@@ -56,12 +56,23 @@ def with_bisect(warehouse: Warehouse, campaign: str, findings: pd.DataFrame) -> 
         if isinstance(good, str) and isinstance(bad, str):
             key = (str(record.run_id), str(record.case_key), str(record.metric))
             hrefs[key] = trigger_href(campaign, key[1], key[2], good, bad)
+    started = _auto_bisections(warehouse, campaign) if len(findings) else {}
+    hrefs |= {key: page_href(BISECT_DAG, run_id, "../") for key, run_id in started.items()}
     out = findings.copy()
     out["bisect"] = [
-        "bisect" if (str(r.run_id), str(r.case_key), str(r.metric)) in hrefs else ""
-        for r in findings.itertuples(index=False)
+        ("bisection" if key in started else "bisect" if key in hrefs else "")
+        for key in ((str(r.run_id), str(r.case_key), str(r.metric)) for r in findings.itertuples(index=False))
     ]
     return out, lambda r: hrefs[(str(r.run_id), str(r.case_key), str(r.metric))]
+
+
+def _auto_bisections(warehouse: Warehouse, campaign: str) -> dict[tuple[str, str, str], str]:
+    """The findings an automatic bisection covers: its bench_bisect run (the finding's own bisection)."""
+    try:
+        found = queries.auto_bisection_links(warehouse, campaign)
+    except Exception:  # a warehouse from before automatic bisections: none
+        return {}
+    return {(str(r.run_id), str(r.case_key), str(r.metric)): str(r.bisect_run_id) for r in found.itertuples()}
 
 
 def listing(warehouse: Warehouse, campaign: str | None = None, prefix: str = "") -> str:

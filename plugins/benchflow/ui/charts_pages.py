@@ -68,7 +68,9 @@ def sections(
     if kind.trends():
         out.append(_section("Trend over runs", trend_figures(warehouse, kind, name, findings, href)))
     for metric in [t.column for t in kind.trend]:
-        out.append(_section(comparison_title(kind, metric), [point_figure(warehouse, kind, run, metric, href)]))
+        frame = queries.case_values(warehouse, kind, run["dag_id"], run["run_id"], metric)
+        figure = point_figure(warehouse, kind, run, metric, href, frame)
+        out.append(_section(comparison_title(kind, metric, frame), [figure]))
     if kind.headline is not None and (pivot := comparison_table(warehouse, kind, run)):
         out.append(pivot)
     joules = kind.energy()
@@ -135,16 +137,17 @@ def trend_figures(
 # -- one run: a metric at each level of the kind's last key ----------------------------------------------------
 
 
-def comparison_title(kind: ResultKind, metric: str | None = None) -> str:
+def comparison_title(kind: ResultKind, metric: str | None = None, frame: pd.DataFrame | None = None) -> str:
     metric = metric or kind.headline or ""
-    key = kind.case
-    if len(key) > 1:
-        return f"{metric} of each {', '.join(key[:-1])} at each {key[-1]} (latest valid run)"
-    return f"{metric} against {key[-1]} (latest valid run)"
+    import pandas as pd
+
+    groups, axis = kind.layout(frame if frame is not None else pd.DataFrame())
+    if groups:
+        return f"{metric} of each {', '.join(groups)} at each {axis} (latest valid run)"
+    return f"{metric} against {axis} (latest valid run)"
 
 
-def _series_name(kind: ResultKind, row: Any, metric: str) -> str:
-    groups = kind.case[:-1]
+def _series_name(groups: list[str], row: Any, metric: str) -> str:
     return ", ".join(str(getattr(row, g)) for g in groups) if groups else metric
 
 
@@ -154,15 +157,15 @@ def point_series(
     """The mean of each case's ok repeats with its 95 % interval, one series per value of the leading key columns
     (configs), in natural order, every config a series even when none of its rows was ok; and each config's rows
     left out (not ok) with their validity."""
-    axis = kind.case[-1]
+    groups, axis = kind.layout(frame)
     numeric = kind.column(axis).type in ("int", "float")
     link = href(run["dag_id"], run["run_id"])
     grouped: dict[str, list[Point]] = {}
     left: dict[str, list[tuple[Any, float, str]]] = {}
-    for _, rows in frame.groupby(list(kind.case), sort=False, dropna=False):
+    for _, rows in frame.groupby([*groups, axis], sort=False, dropna=False):
         first = next(rows.itertuples())
         x = float(getattr(first, axis)) if numeric else str(getattr(first, axis))
-        name = _series_name(kind, first, metric)
+        name = _series_name(groups, first, metric)
         points = grouped.setdefault(name, [])
         ok = rows[rows["validity"] == "ok"]["value"].astype(float)
         flagged = [(x, float(r.value), str(r.validity)) for r in rows[rows["validity"] != "ok"].itertuples()]
@@ -177,13 +180,22 @@ def point_series(
     return series, left
 
 
-def point_figure(warehouse: Warehouse, kind: ResultKind, run: Any, metric: str, href: Callable[..., str]) -> str:
-    """``metric`` of the latest valid run against the kind's last key column, configs as series."""
-    frame = queries.case_values(warehouse, kind, run["dag_id"], run["run_id"], metric)
+def point_figure(
+    warehouse: Warehouse,
+    kind: ResultKind,
+    run: Any,
+    metric: str,
+    href: Callable[..., str],
+    frame: pd.DataFrame | None = None,
+) -> str:
+    """``metric`` of the latest valid run against its load axis, configs as series (``frame``: its values, when
+    the caller read them already)."""
+    if frame is None:
+        frame = queries.case_values(warehouse, kind, run["dag_id"], run["run_id"], metric)
     if not len(frame):
         return ""
     fig, caption = point_chart(kind, frame, metric, run, href)
-    if len(frame.drop_duplicates(list(kind.case))) >= queries.CASES:  # case_values reads no more
+    if len(frame.drop_duplicates([c for c in kind.case if c in frame])) >= queries.CASES:  # case_values reads no more
         caption += f"; the first {queries.CASES} cases"
     return charts.render(fig, caption)
 
@@ -191,7 +203,7 @@ def point_figure(warehouse: Warehouse, kind: ResultKind, run: Any, metric: str, 
 def point_chart(
     kind: ResultKind, frame: pd.DataFrame, metric: str, run: Any, href: Callable[..., str]
 ) -> tuple[go.Figure, str]:
-    axis = kind.case[-1]
+    axis = kind.axis(frame)
     column = kind.column(metric)
     series, left = point_series(kind, frame, metric, run, href)
     numeric = kind.column(axis).type in ("int", "float")
@@ -199,7 +211,8 @@ def point_chart(
     x = level_axis(kind.column(axis).heading, levels) if numeric else Axis(kind.column(axis).heading, "category")
     means = [p.y for s in series for p in s.points]
     better = f"{kind.better(metric)} is better; " if metric in kind.trends() else ""
-    fig = charts.line_chart(series, x, value_axis(column.heading, means), comparison_title(kind, metric), column.unit)
+    title = comparison_title(kind, metric, frame)
+    fig = charts.line_chart(series, x, value_axis(column.heading, means), title, column.unit)
     for index, s in enumerate(series):  # each config's rows not judged ok: hollow, in its own colour
         if left.get(s.name):
             fig.add_trace(charts.flagged(left[s.name], x, column.unit, s.name, str(run["run_id"]), index))
@@ -215,15 +228,17 @@ def point_chart(
 
 def comparison_table(warehouse: Warehouse, kind: ResultKind, run: Any) -> str:
     """The headline's means as a table: configs side by side, one row per level of the last key column."""
-    groups = list(kind.case[:-1])
-    if not groups:
+    if len(kind.case) < 2:
         return ""
     frame = queries.headline_by_case(warehouse, kind, run["dag_id"], run["run_id"])
     if not len(frame):
         return ""
+    groups, axis = kind.layout(frame)
+    if not groups:
+        return ""
     frame["series"] = frame[groups].astype(str).agg(", ".join, axis=1)
     frame["shown"] = [_mean_cell(r) for r in frame.to_dict("records")]
-    pivot = frame.pivot_table(index=kind.case[-1], columns="series", values="shown", aggfunc="first").reset_index()
+    pivot = frame.pivot_table(index=axis, columns="series", values="shown", aggfunc="first").reset_index()
     pivot.columns = [str(c) for c in pivot.columns]
     assert kind.headline is not None
     left = int(frame["left_out"].sum())
@@ -569,7 +584,7 @@ def _search_caption(result: dict[str, Any]) -> str:
 # -- GPU telemetry ----------------------------------------------------------------------------------------------
 
 TIMELINE = ("power_w", "util_gpu_pct", "sm_mhz")
-PHASE_KEYS = ("concurrency", "repeat", "dtype", "m")
+PHASE_KEYS = ("concurrency", "request_rate", "repeat", "dtype", "m")
 
 
 def _samples_column(name: str) -> Column:
@@ -733,7 +748,9 @@ def _phase_note(r: Any, phases: pd.DataFrame, hot: bool) -> dict[str, Any]:
         "yanchor": "bottom",
         "showarrow": False,
         "font": {"size": 9, "color": charts.MARK if hot else "#444"},
-        "text": escape(phase_label(r).replace("concurrency=", "c=").replace("repeat=", "r")),
+        "text": escape(
+            phase_label(r).replace("concurrency=", "c=").replace("request_rate=", "q=").replace("repeat=", "r")
+        ),
         "hovertext": escape(
             f"{phase_label(r)}: {clock(float(r.phase_start))} – {clock(float(r.phase_end))}"
             + (f"; throttled: {', '.join(reasons)}" if hot else "")

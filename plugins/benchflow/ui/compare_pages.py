@@ -171,7 +171,16 @@ def values(warehouse: Warehouse, column: Column, metric: str) -> pd.DataFrame:
     frame = queries.case_values(warehouse, kind, column.dag_id, column.run_id, metric)
     if kind.group and column.side.config is not None:
         frame = frame[frame[kind.group].astype(str) == column.side.config]
-    return frame.rename(columns={kind.case[-1]: "level"})[["level", "value", "validity"]]
+    axis = kind.axis(frame)
+    shown = frame.rename(columns={axis: "level"})[["level", "value", "validity"]]
+    shown.attrs["axis"] = axis  # the heading of the level column (concurrency, request_rate, m)
+    return shown
+
+
+def axis_of(cols: list[Column], frames: list[pd.DataFrame]) -> str:
+    """The load axis the sides were measured on (the first side that has rows says)."""
+    kind = cols[0].kind
+    return next((str(f.attrs["axis"]) for f in frames if len(f) and "axis" in f.attrs), kind.case[-1])
 
 
 def _ok(frame: pd.DataFrame) -> list[float]:
@@ -237,7 +246,7 @@ def metric_table(cols: list[Column], frames: list[pd.DataFrame], base: int, metr
             per_gpu = found.mean / col.gpus if rate and found is not None and col.gpus else None
             rows.append(
                 {
-                    kind.column(kind.case[-1]).heading: level,
+                    kind.column(axis_of(cols, frames)).heading: level,
                     "config": col.name,
                     f"mean ({column.unit}, 95 % CI)": _mean_text(found),
                     "per GPU": number(per_gpu) if per_gpu is not None else "",
@@ -263,7 +272,7 @@ def metric_chart(cols: list[Column], frames: list[pd.DataFrame], metric: str) ->
     """Each side a line of its ok means with their intervals; its rows not judged ok hollow, in its colour."""
     kind = cols[0].kind
     column = kind.column(metric)
-    axis = kind.column(kind.case[-1])
+    axis = kind.column(axis_of(cols, frames))
     numeric = axis.type in ("int", "float")
     levels = [float(v) for f in frames for v in f["level"].dropna()] if numeric else []
     x = charts.level_axis(axis.heading, levels) if numeric else Axis(axis.heading, "category")
@@ -297,11 +306,24 @@ def _run(col: Column) -> str:
 
 
 def page(
-    warehouse: Warehouse, texts: list[str], baseline: str | None, kinds_of: dict[str, Any], specs: dict[str, Any]
+    warehouse: Warehouse,
+    texts: list[str],
+    baseline: str | None,
+    kinds_of: dict[str, Any],
+    specs: dict[str, Any],
+    across_datasets: bool = False,
 ) -> str:
-    """The whole page: what each side stands for, then per metric a chart and a table."""
+    """The whole page: what each side stands for, then per metric a chart and a table. Sides measured on different
+    workloads (the kind's ``comparable_by``: dataset and its sha256) are refused unless ``across_datasets``, which
+    shows them under a warning."""
     cols = columns(warehouse, texts, kinds_of, specs)
     names = [c.name for c in cols]
+    differ = workloads(warehouse, cols)
+    if differ and not across_datasets:
+        raise Refused(
+            f"the sides measured different workloads ({differ}): their figures are not comparable; add "
+            "&across_datasets=1 to the address to show them side by side anyway"
+        )
     base = 0
     if baseline:
         chosen = [i for i, c in enumerate(cols) if baseline in (c.name, str(c.side))]
@@ -317,6 +339,11 @@ def page(
         "Rows not judged ok (noisy, throttled, contended) are counted and drawn hollow, never averaged in. "
         "Baseline: " + " · ".join(_baseline_link(texts, c, i == base) for i, c in enumerate(cols)) + "</p>",
     ]
+    if differ:
+        out.append(
+            f'<p class="bad">The sides measured different workloads ({escape(differ)}): their figures '
+            "measure different work.</p>"
+        )
     kind = cols[0].kind
     for metric in metrics(kind):
         frames = [values(warehouse, c, metric) for c in cols]
@@ -327,6 +354,22 @@ def page(
         out.append(table(metric_table(cols, frames, base, metric)))
     body = "".join(out)
     return body + f"<style>{charts.STYLE}</style>" + charts.loader("") if "figure class=" in body else body
+
+
+def workloads(warehouse: Warehouse, cols: list[Column]) -> str:
+    """``dataset: pd sharegpt:chat.json, single random`` when the sides' workloads differ, else ""; a side that
+    does not say (rows from before the columns existed) is not held against the others."""
+    kind = cols[0].kind
+    said: list[str] = []
+    for column in kind.comparable_by:
+        found = {}
+        for col in cols:
+            frame = queries.point_settings(warehouse, kind, col.side.campaign, col.run_id, (column,), col.side.config)
+            if values_ := sorted({str(v) for v in frame[column].dropna()}):
+                found[col.name] = " or ".join(values_)
+        if len(set(found.values())) > 1:
+            said.append(f"{column}: " + ", ".join(f"{name} {value}" for name, value in found.items()))
+    return "; ".join(said)
 
 
 def _baseline_link(texts: list[str], col: Column, chosen: bool) -> str:

@@ -97,7 +97,9 @@ def verdict(run: Any) -> str:
 
     state = run.get("verdict")
     text = verdict_text(state, run.get("verdict_detail"), run.get("baseline_runs"), run.get("regressions"))
-    css = {"regressed": "bad", "fine": "ok"}.get(state if isinstance(state, str) else "", "unjudged")
+    css = {"regressed": "bad", "suspected drift": "bad", "fine": "ok"}.get(
+        state if isinstance(state, str) else "", "unjudged"
+    )
     return f'<span class="{css}">{escape(text)}</span>'
 
 
@@ -243,10 +245,11 @@ def campaign(warehouse: Warehouse, name: str) -> str:
         links = {"run_id": lambda r: run_href(r.dag_id, r.run_id), "bisect": bisect_href}
         total = queries.finding_count(warehouse, name)
         out.append(table(_per_case(listed), links=links, total=total if total > len(findings) else None))
-    elif run.get("verdict") in ("fine", "regressed"):
+    elif run.get("verdict") in ("fine", "regressed", "suspected drift"):
         out.append(f'<p class="ok">none found in any run (the latest: {verdict(run)})</p>')
     else:
         out.append(f'<p class="unjudged">none recorded; the latest valid run was {verdict(run)}</p>')
+    out.append(_decisions(warehouse, name))
     out.append(f"<h2>Bisections</h2>{bisection_pages.listing(warehouse, name, prefix='../')}")
     if (spec := specs()[0].get(name)) is not None and spec.space is not None:
         out.append(f"<h2>Config searches</h2>{config_search_pages.listing(warehouse, name, prefix='../')}")
@@ -264,7 +267,7 @@ def _compare_link(warehouse: Warehouse, name: str, found: dict[str, ResultKind])
 def _latest_judged(warehouse: Warehouse, name: str, run: Any) -> str:
     """When the latest valid run was not judged (a manual run), the verdict of the newest run that was: a regression
     found last night stays on the page's first lines."""
-    if run.get("verdict") in ("fine", "regressed"):
+    if run.get("verdict") in ("fine", "regressed", "suspected drift"):
         return ""
     judged = queries.latest_judged_run(warehouse, name)
     if not len(judged):
@@ -289,6 +292,19 @@ def _with_interval(findings: pd.DataFrame) -> pd.DataFrame:
 
     out["relative_change"] = [change(r) for r in findings.itertuples(index=False)]
     return out.rename(columns={"relative_change": "change"})
+
+
+def _decisions(warehouse: Warehouse, name: str) -> str:
+    """Who decided what after the campaign's regressed or drifting nights (regressions.decide), newest first."""
+    try:
+        found = queries.decisions(warehouse, name)
+    except Exception:  # a warehouse from before decisions: none
+        return ""
+    if not len(found):
+        return ""
+    found["decided_by"] = [by if isinstance(by, str) and by else "(nobody: the default)" for by in found["decided_by"]]
+    shown = found[["night_at", "verdict", "decision", "reason", "decided_by", "decided_at", "run_id"]]
+    return f"<h2>Decisions</h2>{table(shown.copy())}"
 
 
 def _per_case(findings: pd.DataFrame) -> pd.DataFrame:

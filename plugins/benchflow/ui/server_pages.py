@@ -36,7 +36,7 @@ def verdict_section(warehouse: Warehouse, run: Any) -> str:
     if not len(rows):
         return ""
     lines = "".join(f"<li>{escape(line)}</li>" for line in headlines(rows.to_dict("records")))
-    keys = [c for c in ("config", "concurrency", "repeat", "m") if rows[c].notna().any()]
+    keys = [c for c in ("config", "concurrency", "request_rate", "repeat", "m") if rows[c].notna().any()]
     shown = pd.DataFrame({**{k: rows[k] for k in keys}, "verdict": rows["verdict"], "evidence": rows["says"]})
     return (
         "<h2>What limits each phase (latest valid run)</h2>"

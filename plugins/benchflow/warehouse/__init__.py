@@ -284,6 +284,29 @@ class Warehouse:
                     f"WHERE dag_id = {p} AND run_id = {p}",
                     [verdict.state, verdict.detail, verdict.baseline_runs, dag_id, run_id],
                 )
+                tx.delete_run("change_points", dag_id, run_id)
+                for case_key, metric, point, _ in verdict.change_points:
+                    tx.insert("change_points", [dag_id, run_id, case_key, metric, *_point_row(point)])
+
+    def record_decision(self, run: dict[str, Any]) -> None:
+        """Replace a night's decision (``decisions``' columns but ``recorded_at``, by name)."""
+        columns = "dag_id run_id campaign gpu_model night_at verdict decision reason decided_by decided_at timed_out"
+        with self.transaction() as tx:
+            tx.delete_run("decisions", run["dag_id"], run["run_id"])
+            tx.insert("decisions", [*(run[c] for c in columns.split()), _now()])
+
+    def record_auto_bisections(
+        self, dag_id: str, run_id: str, bisect_dag_id: str, rows: list[tuple[Any, str, bool]]
+    ) -> None:
+        """Replace a night's automatic bisection rows: (``benchflow.analysis.auto_bisect.Suspect``, the bisect
+        run id it links to or '', whether this night started it)."""
+        now = _now()
+        with self.transaction() as tx:
+            tx.delete_run("auto_bisections", dag_id, run_id)
+            for suspect, bisect_run_id, started in rows:
+                key = [dag_id, run_id, suspect.case_key, suspect.metric, suspect.reason, suspect.change]
+                link = [suspect.good, suspect.bad, bisect_dag_id, bisect_run_id, started, now]
+                tx.insert("auto_bisections", [*key, *link])
 
     @staticmethod
     def _quarantine(
@@ -334,7 +357,8 @@ class Warehouse:
         columns = (
             "dag_id, run_id, campaign, host, payload_sha256, spec_hash, status, started_at, ended_at, "
             "rows_loaded, host_facts, detail, logical_date, run_type, conf, gpu_model, gpu_count, gpu_driver, "
-            "cuda, git_sha, versions, payload_commit, payload_ref, rows_ok"
+            "cuda, git_sha, versions, payload_commit, payload_ref, rows_ok, "
+            "spec_bundle, spec_commit"
         )
         values = [
             run.dag_id,
@@ -361,6 +385,8 @@ class Warehouse:
             run.payload_commit,
             run.payload_ref,
             run.rows_ok,
+            run.spec_bundle,
+            run.spec_commit,
         ]
         tx.execute(f"INSERT INTO runs ({columns}) VALUES ({', '.join([tx.p] * len(values))})", values)
 
@@ -387,3 +413,20 @@ def _now() -> datetime:
 
 
 __all__ = ["CONN_ID", "Finding", "RunRecord", "Transaction", "Validation", "Verdict", "Warehouse", "default_path"]
+
+
+def _point_row(point: Any) -> list[Any]:
+    """A change point (benchflow.analysis.changepoints.ChangePoint) as ``change_points`` stores it, after the key."""
+    return [
+        point.night,
+        point.run_id,
+        point.good_commit,
+        point.bad_commit,
+        point.before,
+        point.after,
+        point.ratio,
+        point.ratio_low,
+        point.ratio_high,
+        point.p_value,
+        point.worse,
+    ]

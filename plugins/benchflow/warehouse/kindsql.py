@@ -17,21 +17,39 @@ if TYPE_CHECKING:
 RUN_COLUMNS = ("campaign", "dag_id", "run_id", "night", "started_at", "logical_date", "host", "gpu_model", "run_type")
 
 
-def key_text(columns: tuple[str, ...]) -> str:
+def key_text(columns: tuple[str, ...], sparse: tuple[str, ...] = (), floats: tuple[str, ...] = ()) -> str:
     """``'config=' || CAST(config AS TEXT) || ',concurrency=' || CAST(concurrency AS TEXT)``; NULL values read
-    as empty text (a case without a key is still one case)."""
+    as empty text (a case without a key is still one case), except in ``sparse`` columns, which a NULL or an
+    infinite value (no limit) leaves out of the key. ``floats`` are written alike on every backend: a whole number
+    without its ``.0``."""
     if not columns:
         return "''"
-    parts = [f"'{',' if i else ''}{c}=' || COALESCE(CAST({c} AS TEXT), '')" for i, c in enumerate(columns)]
-    return " || ".join(parts)
+    parts = []
+    for i, column in enumerate(columns):
+        name = column.split(".")[-1]
+        value = f"CAST({column} AS TEXT)"
+        if name in floats:
+            value = f"CASE WHEN {column} = FLOOR({column}) THEN CAST(CAST({column} AS BIGINT) AS TEXT) ELSE {value} END"
+        label = f"'{',' if i else ''}{column}='"
+        if name in sparse:  # NULL or infinite (a client's request rate inf: no limit) leaves the column out
+            parts.append(f"CASE WHEN {column} IS NULL OR {column} > 1e308 THEN '' ELSE {label} || {value} END")
+        else:
+            parts.append(f"{label} || COALESCE({value}, '')")
+    text = " || ".join(parts)
+    # an empty sparse column first leaves the next one's comma leading
+    return f"LTRIM({text}, ',')" if columns[0].split(".")[-1] in sparse else text
 
 
 def case_sql(kind: ResultKind) -> str:
-    return key_text(kind.case)
+    return key_text(kind.case, kind.sparse, _floats(kind))
 
 
 def point_sql(kind: ResultKind) -> str:
-    return key_text(kind.point)
+    return key_text(kind.point, kind.sparse, _floats(kind))
+
+
+def _floats(kind: ResultKind) -> tuple[str, ...]:
+    return tuple(c.name for c in kind.columns if c.type == "float")
 
 
 def group_sql(kind: ResultKind) -> str:

@@ -110,11 +110,12 @@ def campaigns_with_valid_runs(w: Warehouse, kind: ResultKind) -> list[str]:
 
 
 def latest_judged_run(w: Warehouse, campaign: str) -> pd.DataFrame:
-    """The campaign's newest run that was judged against its baseline (fine or regressed), or no row: what a
-    manual run after it (never judged) must not hide."""
+    """The campaign's newest run that was judged against its baseline (fine, regressed or suspected drift), or no
+    row: what a manual run after it (never judged) must not hide."""
     return w.query(
         "SELECT dag_id, run_id, night, run_type, regressions, verdict, verdict_detail, baseline_runs FROM valid_runs "
-        f"WHERE campaign = {w.p} AND verdict IN ('fine', 'regressed') ORDER BY {RUN_TIME} DESC, run_id DESC LIMIT 1",
+        f"WHERE campaign = {w.p} AND verdict IN ('fine', 'regressed', 'suspected drift') "
+        f"ORDER BY {RUN_TIME} DESC, run_id DESC LIMIT 1",
         [campaign],
     )
 
@@ -258,10 +259,11 @@ def run_means(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
 
 
 def baseline_means(
-    w: Warehouse, campaign: str, gpu_model: str, run_id: str, before: Any, lookback: int
+    w: Warehouse, campaign: str, gpu_model: str, run_id: str, before: Any, lookback: int, since: Any = None
 ) -> pd.DataFrame:
-    """The means of the ``lookback`` newest valid scheduled runs before ``before`` of the campaign on this GPU
-    model, per case and metric (the run itself left out)."""
+    """The means of the ``lookback`` newest valid scheduled runs before ``before`` (and from ``since`` on, an
+    accepted baseline's first night) of the campaign on this GPU model, per case and metric (the run itself left
+    out)."""
     p = w.p
     return w.query(
         "SELECT case_key, metric, value, run_id FROM ("
@@ -269,9 +271,83 @@ def baseline_means(
         "    PARTITION BY h.case_key, h.metric ORDER BY COALESCE(r.logical_date, r.started_at) DESC) AS back"
         "  FROM metric_history h JOIN runs r ON r.dag_id = h.dag_id AND r.run_id = h.run_id"
         f"  WHERE h.campaign = {p} AND h.run_type = 'scheduled' AND h.gpu_model = {p} AND h.run_id <> {p}"
-        f"    AND COALESCE(r.logical_date, r.started_at) < {p}"
+        f"    AND COALESCE(r.logical_date, r.started_at) < {p}{_since(p, since)}"
         f") recent WHERE back <= {p}",
-        [campaign, gpu_model, run_id, before, lookback],
+        [campaign, gpu_model, run_id, before, *([since] if since is not None else []), lookback],
+    )
+
+
+def _since(p: str, since: Any) -> str:
+    return "" if since is None else f" AND COALESCE(r.logical_date, r.started_at) >= {p}"
+
+
+def nightly_series(
+    w: Warehouse, campaign: str, gpu_model: str, until: Any, nights: int, since: Any = None
+) -> pd.DataFrame:
+    """Each case and metric's nightly means over the ``nights`` newest valid scheduled runs up to ``until`` (that
+    run included; from ``since`` on) of the campaign on this GPU model, oldest first, with the payload commit each
+    measured."""
+    p = w.p
+    return w.query(
+        "SELECT case_key, metric, night, run_id, value, commit FROM ("
+        "  SELECT h.case_key, h.metric, CAST(h.night AS TEXT) AS night, h.run_id, h.value, r.payload_commit AS commit,"
+        "    COALESCE(r.logical_date, r.started_at) AS t, ROW_NUMBER() OVER ("
+        "    PARTITION BY h.case_key, h.metric ORDER BY COALESCE(r.logical_date, r.started_at) DESC) AS back"
+        "  FROM metric_history h JOIN runs r ON r.dag_id = h.dag_id AND r.run_id = h.run_id"
+        f"  WHERE h.campaign = {p} AND h.run_type = 'scheduled' AND h.gpu_model = {p}"
+        f"    AND COALESCE(r.logical_date, r.started_at) <= {p}{_since(p, since)}"
+        f") recent WHERE back <= {p} ORDER BY case_key, metric, t",
+        [campaign, gpu_model, until, *([since] if since is not None else []), nights],
+    )
+
+
+def accepted_since(w: Warehouse, campaign: str, gpu_model: str, until: Any) -> Any:
+    """The first night of the baseline a person accepted last (up to ``until``) on this GPU model, or None."""
+    p = w.p
+    found = w.query(
+        f"SELECT MAX(night_at) AS since FROM decisions WHERE campaign = {p} AND gpu_model = {p} "
+        f"AND decision = 'accept' AND night_at <= {p}",
+        [campaign, gpu_model, until],
+    )
+    since = found["since"].iloc[0] if len(found) else None
+    return None if since is None or since != since else since  # NaT: none accepted
+
+
+def decisions(w: Warehouse, campaign: str, limit: int = 50) -> pd.DataFrame:
+    """The decisions people took on the campaign's nights, newest first."""
+    p = w.p
+    return w.query(
+        "SELECT night_at, run_id, verdict, decision, reason, decided_by, decided_at, timed_out FROM decisions "
+        f"WHERE campaign = {p} ORDER BY night_at DESC LIMIT {int(limit)}",
+        [campaign],
+    )
+
+
+def finding_keys(w: Warehouse, dag_id: str) -> pd.DataFrame:
+    """Every (run, case, metric) of a campaign DAG with a regression finding."""
+    return w.query(f"SELECT DISTINCT run_id, case_key, metric FROM regressions WHERE dag_id = {w.p}", [dag_id])
+
+
+def recorded_bisections(w: Warehouse, bisect_run_ids: list[str]) -> set[str]:
+    """Of these automatic bisection run ids, those an earlier night already started."""
+    if not bisect_run_ids:
+        return set()
+    p = w.p
+    marks = ", ".join([p] * len(bisect_run_ids))
+    found = w.query(
+        f"SELECT DISTINCT bisect_run_id FROM auto_bisections WHERE started AND bisect_run_id IN ({marks})",
+        bisect_run_ids,
+    )
+    return {str(r) for r in found["bisect_run_id"]}
+
+
+def auto_bisections(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
+    """The bisections a night's findings and change points asked for, and the ``bench_bisect`` run each links to
+    (``started``: this night triggered it)."""
+    p = w.p
+    return w.query(
+        f"SELECT * FROM auto_bisections WHERE dag_id = {p} AND run_id = {p} ORDER BY relative_change DESC, case_key",
+        [dag_id, run_id],
     )
 
 
@@ -446,9 +522,9 @@ def bottlenecks(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
     """A run's bottleneck verdicts (``phase_bottlenecks``), one per phase, in phase order (warm-ups left out)."""
     p = w.p
     return w.query(
-        "SELECT config, concurrency, repeat, dtype, m, phase_start, phase_end, verdict, limiter, says, evidence "
-        f"FROM phase_bottlenecks WHERE dag_id = {p} AND run_id = {p} AND (warmup IS NULL OR NOT warmup) "
-        "ORDER BY phase_start, config, concurrency, m, repeat",
+        "SELECT config, concurrency, request_rate, repeat, dtype, m, phase_start, phase_end, verdict, limiter, says, "
+        f"evidence FROM phase_bottlenecks WHERE dag_id = {p} AND run_id = {p} AND (warmup IS NULL OR NOT warmup) "
+        "ORDER BY phase_start, config, concurrency, request_rate, m, repeat",
         [dag_id, run_id],
     )
 
@@ -472,8 +548,8 @@ def telemetry_phases(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
     server holding it, and whether it throttled, in time order."""
     p = w.p
     return w.query(
-        "SELECT config, concurrency, repeat, warmup, dtype, m, phase_start, phase_end, gpu_index, uuid, server, "
-        "throttled, throttle_reasons FROM telemetry_phase_gpus "
+        "SELECT config, concurrency, request_rate, repeat, warmup, dtype, m, phase_start, phase_end, gpu_index, uuid, "
+        "server, throttled, throttle_reasons FROM telemetry_phase_gpus "
         f"WHERE dag_id = {p} AND run_id = {p} ORDER BY phase_start, gpu_index",
         [dag_id, run_id],
     )
@@ -574,14 +650,24 @@ def finding_commits(w: Warehouse, campaign: str) -> pd.DataFrame:
     )
 
 
+def auto_bisection_links(w: Warehouse, campaign: str) -> pd.DataFrame:
+    """Per finding of the campaign that an automatic bisection covers: the ``bench_bisect`` run it links to."""
+    return w.query(
+        "SELECT a.run_id, a.case_key, a.metric, a.bisect_run_id FROM auto_bisections a "
+        "JOIN runs r ON r.dag_id = a.dag_id AND r.run_id = a.run_id "
+        f"WHERE r.campaign = {w.p} AND a.reason = 'regression' AND a.bisect_run_id <> ''",
+        [campaign],
+    )
+
+
 def pass_load_rows(w: Warehouse, table: str, dag_id: str, run_id: str) -> pd.DataFrame:
     """A run's measured (not warm-up) serving rows with what a config search reads at each config's pass load:
     output tokens/s, mean TPOT, J/token and validity."""
     p = w.p
     return w.query(
-        "SELECT config, concurrency, repeat, output_throughput, mean_tpot_ms, j_per_token, validity "
+        "SELECT config, concurrency, request_rate, repeat, output_throughput, mean_tpot_ms, j_per_token, validity "
         f"FROM {table} WHERE dag_id = {p} AND run_id = {p} AND (warmup IS NULL OR NOT warmup) "
-        "ORDER BY config, concurrency, repeat",
+        "ORDER BY config, concurrency, request_rate, repeat",
         [dag_id, run_id],
     )
 

@@ -1,12 +1,15 @@
-"""Serving sweeps (SGLang ``bench_serving``, vLLM ``bench serve``): one row per config × concurrency."""
+"""Serving sweeps (SGLang ``bench_serving``, vLLM ``bench serve``): one row per config × load (a concurrency, a
+request rate, or both) × repeat."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from benchflow.kinds import (
     LOAD_SEARCH,
@@ -19,10 +22,11 @@ from benchflow.kinds import (
     Trend,
     telemetry_columns,
 )
-from benchflow.kinds.serving import bottleneck, sglang_jsonl, text_output, vllm_json
+from benchflow.kinds.serving import bottleneck, sglang_jsonl, text_output, vllm_json, workload
 from benchflow.kinds.serving.columns import COLUMNS, METRICS
 from benchflow.kinds.serving.common import INTS
 from benchflow.kinds.serving.search import SearchSpec
+from benchflow.kinds.serving.workload import WORKLOAD_COLUMNS, WORKLOAD_UNITS, Dataset
 from benchflow.params import SERVER, SWEEP
 from benchflow.telemetry.columns import HOST_LOAD, VALIDITY
 
@@ -59,6 +63,7 @@ REQUEST_TIMES: dict[str, ColumnType] = {
 
 
 def derive(frame: pd.DataFrame) -> pd.DataFrame:
+    frame["load_key"] = [_load_key(c, q) for c, q in zip(frame["concurrency"], frame["request_rate"], strict=True)]
     frame["unaccounted_prompts"] = frame["num_prompts"] - frame["completed"] - frame["failed"]
     frame["e2e_minus_ttft_ms"] = frame["mean_e2e_ms"] - frame["mean_ttft_ms"]
     for metric in METRICS:
@@ -72,15 +77,20 @@ def derive(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def expectations(swept: list[int] | None = None, load_range: tuple[float, float] | None = None) -> list[Any]:
+LOAD_AXES = ("concurrency", "request_rate")
+
+
+def expectations(
+    swept: dict[str, list[Any]] | list[int] | None = None, load_range: tuple[str, float, float] | None = None
+) -> list[Any]:
     import great_expectations as gx
 
     e = gx.expectations
     checks: list[Any] = [
-        e.ExpectColumnValuesToNotBeNull(column=c) for c in ("config", "concurrency", "num_prompts", "completed")
+        e.ExpectColumnValuesToNotBeNull(column=c) for c in ("config", "load_key", "num_prompts", "completed")
     ]
     checks += [
-        e.ExpectCompoundColumnsToBeUnique(column_list=["config", "concurrency", "repeat"]),
+        e.ExpectCompoundColumnsToBeUnique(column_list=["config", "load_key", "repeat"]),
         e.ExpectColumnValuesToBeBetween(column="completed", min_value=1),
         e.ExpectColumnValuesToBeBetween(column="unaccounted_prompts", min_value=0, max_value=0),
         e.ExpectColumnValuesToBeBetween(column="e2e_minus_ttft_ms", min_value=0),
@@ -92,56 +102,66 @@ def expectations(swept: list[int] | None = None, load_range: tuple[float, float]
         e.ExpectColumnValuesToBeBetween(column=c, min_value=0, strict_min=True)
         for c in ("request_throughput", "output_throughput", "duration_s")
     ]
-    if swept:
-        checks.append(e.ExpectColumnValuesToBeInSet(column="concurrency", value_set=[float(c) for c in swept]))
+    if isinstance(swept, list):  # the concurrency levels alone (before request rates)
+        swept = {"concurrency": swept}
+    for axis, levels in (swept or {}).items():
+        checks.append(e.ExpectColumnValuesToBeInSet(column=axis, value_set=[float(v) for v in levels]))
     if load_range:
-        low, high = load_range
-        checks.append(e.ExpectColumnValuesToBeBetween(column="concurrency", min_value=low, max_value=high))
+        axis, low, high = load_range
+        checks.append(e.ExpectColumnValuesToBeBetween(column=axis, min_value=low, max_value=high))
     return checks
 
 
 def suite_params(options: Any, args: Mapping[str, Any]) -> dict[str, Any]:
-    """The concurrency levels this run swept (a manual run may sweep others than the spec); a load search
+    """The levels this run swept on its load axis (a manual run may sweep others than the spec); a load search
     probes the levels it chooses, within its range."""
     if getattr(options, "search", None) is not None:
         low, high = options.search.range
-        return {"load_range": (low, high)}
-    return {"swept": list(args["concurrency"])} if "concurrency" in args else {}
+        return {"load_range": (options.search.over, low, high)}
+    return {"swept": {axis: list(args[axis]) for axis in LOAD_AXES if axis in args}}
+
+
+def _load_key(concurrency: Any, rate: Any) -> str | None:
+    """A phase's load as one value (the suite's key): ``c8``, ``q4``, ``c64q4``; None when it has neither."""
+    parts = [f"{p}{float(v):g}" for p, v in (("c", concurrency), ("q", rate)) if v is not None and math.isfinite(v)]
+    return "".join(parts) or None
 
 
 def plots(rows: pd.DataFrame, title: str) -> list[tuple[str, Any]]:
-    """Throughput and TTFT against concurrency per config (means over the repeats), and each config's
-    throughput at each concurrency as bars with their 95 % intervals. Warm-up phases are left out."""
+    """Throughput and TTFT against the load (concurrency or request rate) per config (means over the repeats), and
+    each config's throughput at each load as bars with their 95 % intervals. Warm-up phases are left out."""
     import matplotlib.pyplot as plt
 
     measured = rows[~rows["warmup"].astype(bool)] if "warmup" in rows else rows
-    means = measured.groupby(["config", "concurrency"], as_index=False)[["output_throughput", "mean_ttft_ms"]].mean()
+    axis_name = KIND.axis(measured)
+    means = measured.groupby(["config", axis_name], as_index=False)[["output_throughput", "mean_ttft_ms"]].mean()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for config, group in means.sort_values(["config", "concurrency"]).groupby("config"):
-        left.plot(group["concurrency"], group["output_throughput"], marker="o", label=str(config))
-        right.plot(group["concurrency"], group["mean_ttft_ms"], marker="o", label=str(config))
-    left.set(xlabel="concurrency", ylabel="output tok/s", title=f"{title}: throughput")
-    right.set(xlabel="concurrency", ylabel="mean TTFT (ms)", title=f"{title}: time to first token")
+    for config, group in means.sort_values(["config", axis_name]).groupby("config"):
+        left.plot(group[axis_name], group["output_throughput"], marker="o", label=str(config))
+        right.plot(group[axis_name], group["mean_ttft_ms"], marker="o", label=str(config))
+    heading = KIND.column(axis_name).heading
+    left.set(xlabel=heading, ylabel="output tok/s", title=f"{title}: throughput")
+    right.set(xlabel=heading, ylabel="mean TTFT (ms)", title=f"{title}: time to first token")
     for axis in (left, right):
         axis.grid(alpha=0.3)
         axis.legend()
-    return [("serving_vs_concurrency.png", fig), ("configs_with_intervals.png", _bars(measured, title))]
+    return [(f"serving_vs_{axis_name}.png", fig), ("configs_with_intervals.png", _bars(measured, title, axis_name))]
 
 
-def _bars(measured: pd.DataFrame, title: str) -> Any:
+def _bars(measured: pd.DataFrame, title: str, axis_name: str) -> Any:
     import matplotlib.pyplot as plt
 
     from benchflow.stats import summarize
 
     configs = sorted(measured["config"].unique())
-    levels = sorted(measured["concurrency"].dropna().unique())
+    levels = sorted(measured[axis_name].dropna().unique())
     width = 0.8 / max(len(configs), 1)
     fig, axis = plt.subplots(figsize=(max(6, 1.6 * len(levels) * max(len(configs), 1)), 4))
     for n, config in enumerate(configs):
         heights: list[float] = []
         errors: list[list[float]] = [[], []]
         for level in levels:
-            values = measured[(measured["config"] == config) & (measured["concurrency"] == level)]
+            values = measured[(measured["config"] == config) & (measured[axis_name] == level)]
             summary = (
                 summarize(values["output_throughput"].dropna()) if values["output_throughput"].notna().any() else None
             )
@@ -150,8 +170,9 @@ def _bars(measured: pd.DataFrame, title: str) -> Any:
             errors[1].append(summary.ci_high - summary.mean if summary else 0.0)
         positions = [i + n * width for i in range(len(levels))]
         axis.bar(positions, heights, width, yerr=errors, capsize=4, label=str(config))
-    axis.set_xticks([i + width * (len(configs) - 1) / 2 for i in range(len(levels))], [str(int(c)) for c in levels])
-    axis.set(xlabel="concurrency", ylabel="output tok/s (mean, 95 % CI)", title=f"{title}: configs compared")
+    axis.set_xticks([i + width * (len(configs) - 1) / 2 for i in range(len(levels))], [f"{c:g}" for c in levels])
+    axis.set(xlabel=KIND.column(axis_name).heading, ylabel="output tok/s (mean, 95 % CI)")
+    axis.set(title=f"{title}: configs compared")
     axis.grid(alpha=0.3, axis="y")
     axis.legend()
     return fig
@@ -188,22 +209,22 @@ def _column(name: str) -> Column:
     return Column(name, kind, unit, digits=SHOWN_DIGITS.get(name, 2 if kind == "float" else None))
 
 
+def _workload_columns() -> tuple[Column, ...]:
+    return tuple(
+        Column(name, kind, WORKLOAD_UNITS.get(name, ""), digits=3 if kind == "float" else None)
+        for name, kind in WORKLOAD_COLUMNS.items()
+    )
+
+
 class ServingOptions(BenchmarkOptions):
     """The serving kind's fields of a spec's benchmark section: repeats and warm-up of a fixed sweep, or a load
-    search (``search``) in place of the fixed levels."""
+    search (``search``) in place of the fixed levels, and the dataset the phases send."""
 
     repeats: int = Field(default=3, ge=1, le=20, description="runs of each phase, back to back (95 % intervals)")
     warmup: bool = Field(default=False, description="one warm-up phase first, kept but marked")
     search: SearchSpec | None = Field(default=None, description="the most load within an SLO, searched on the host")
 
-    @field_validator("search")
-    @classmethod
-    def _by_concurrency(cls, value: SearchSpec | None) -> SearchSpec | None:
-        """A result row is keyed by its concurrency (config, concurrency, repeat): a search over request_rate
-        (probes without a concurrency limit) has no row key yet, so it is refused here rather than on the host."""
-        if value is not None and value.over != "concurrency":
-            raise ValueError("a search over request_rate is not supported yet: result rows are keyed by concurrency")
-        return value
+    dataset: Dataset | None = Field(default=None, description="what each phase sends (default: fixed-length random)")
 
 
 def config_args(options: Any, config: Any) -> dict[str, Any]:
@@ -217,7 +238,20 @@ def config_args(options: Any, config: Any) -> dict[str, Any]:
     }
     if options.search is not None:
         args["search"] = options.search.argument()
+    if options.dataset is not None:
+        args["dataset"] = options.dataset.argument()
     return args
+
+
+def shipped(options: Any) -> list[Path]:
+    """The dataset file the payload takes to the host, when the spec names one of include/datasets/."""
+    dataset = getattr(options, "dataset", None)
+    return dataset.shipped() if dataset is not None else []
+
+
+def spec_row_values(options: Any) -> dict[str, Any]:
+    """Every row's dataset and its sha256 (the driver checks the file against it on the host)."""
+    return workload.row_values(getattr(options, "dataset", None))
 
 
 _LEVELS = {"type": "array", "minItems": 1, "maxItems": 64}
@@ -232,12 +266,38 @@ FORM: dict[str, dict[str, Any]] = {
         "changes the levels alone, or gives two lengths, is refused before it starts.",
         "section": SWEEP,
     },
+    "request_rate": {
+        **_LEVELS,
+        "items": {"type": "number", "exclusiveMinimum": 0, "maximum": 100000},
+        "title": "Request rates (requests/s)",
+        "description": "Requests sent per second in each phase, on the arrival process of Burstiness (1: Poisson), "
+        "in place of concurrency levels. Unit: requests per second. Goes with Prompts per phase by position, "
+        "like concurrency levels.",
+        "section": SWEEP,
+    },
+    "burstiness": {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "maximum": 100,
+        "title": "Burstiness (gamma shape)",
+        "description": "Arrivals of a request-rate sweep: 1 is a Poisson process, below 1 burstier, above 1 more "
+        "even (gamma-distributed gaps; the vLLM client only, SGLang's sends Poisson). Unit: none.",
+        "section": SWEEP,
+    },
+    "max_concurrency": {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 4096,
+        "title": "Concurrency cap of a request-rate sweep (requests in flight)",
+        "description": "The most requests in flight while sending at a rate (none: no cap). Unit: requests.",
+        "section": SWEEP,
+    },
     "prompts": {
         **_LEVELS,
         "items": {"type": "integer", "minimum": 1, "maximum": 100000},
         "title": "Prompts per phase (prompts)",
-        "description": "Prompts sent in each phase, one number per concurrency level, in the same "
-        "order (as many numbers as levels). Unit: prompts.",
+        "description": "Prompts sent in each phase, one number per level (concurrency or request rate), in the "
+        "same order (as many numbers as levels). Unit: prompts.",
         "section": SWEEP,
     },
     "input_len": {
@@ -270,6 +330,7 @@ REQUESTS = SideTable(
     columns=(
         Column("config", "text"),
         Column("concurrency", "int", "requests"),
+        Column("request_rate", "float", "req/s"),
         Column("repeat", "int"),
         Column("seq", "int"),
         Column("ok", "bool"),
@@ -280,6 +341,7 @@ REQUESTS = SideTable(
         Column("mean_itl_ms", "float", "ms"),
         Column("error", "text"),
         *telemetry_columns(REQUEST_TIMES),
+        Column("cached_tokens", "int", "tokens"),
     ),
     file="requests.jsonl",
     defaults={"repeat": 1, "error": ""},
@@ -337,29 +399,21 @@ SEARCH = SideTable(
 )
 
 
-def failed_from_requests(rows: list[dict[str, Any]], sides: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """``failed`` of each row whose output has none (SGLang's block and record print no failed count) from the
-    phase's requests that the client saved (``requests.jsonl``: SGLang's ``--output-details`` errors, vLLM's
-    detailed result): the requests of its config, load and repeat that did not succeed. Rows of a phase with no
-    saved request keep None."""
-    counts: dict[tuple[Any, ...], int] = {}
+def from_requests(rows: list[dict[str, Any]], sides: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """What each row's phase requests (``requests.jsonl``, as the client saved them) tell: ``failed`` where the
+    output has none (SGLang's block and record print no failed count: the requests of its config, load and repeat
+    that did not succeed; rows of a phase with no saved request keep None), and what the workload did (the rate
+    sent and whether it reached the requested one, the achieved lengths, the prefix-cache reuse)."""
+    by_phase: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for request in sides.get(REQUESTS.table) or []:
-        key = _phase_key(request)
-        counts[key] = counts.get(key, 0) + (0 if request.get("ok") else 1)
+        by_phase.setdefault(workload.phase_of(request), []).append(request)
     filled = []
     for row in rows:
-        key = _phase_key(row)
-        if row.get("failed") is None and key in counts:
-            row = {**row, "failed": counts[key]}
-        filled.append(row)
+        requests = by_phase.get(workload.phase_of(row))
+        if row.get("failed") is None and requests is not None:
+            row = {**row, "failed": sum(0 if r.get("ok") else 1 for r in requests)}
+        filled.append({**row, **workload.workload_columns(row, requests or [])})
     return filled
-
-
-def _phase_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
-    """A phase: config, concurrency (or, for a request-rate probe without one, its rate), repeat."""
-    rate, repeat = row.get("request_rate"), row.get("repeat")
-    load = row.get("concurrency") if row.get("concurrency") is not None else None if rate is None else float(rate)
-    return row.get("config"), row.get("concurrency") is None, load, 1 if repeat is None else repeat
 
 
 def telemetry(rows: list[dict[str, Any]], run: Any) -> list[dict[str, Any]]:
@@ -372,18 +426,27 @@ def telemetry(rows: list[dict[str, Any]], run: Any) -> list[dict[str, Any]]:
 
 KIND = ResultKind(
     name="serving",
-    description="serving sweep: one row per config and concurrency, every figure of the client's result",
+    description="serving sweep: one row per config and load (concurrency or request rate), every figure of the "
+    "client's result",
     formats=(text_output.FORMAT, sglang_jsonl.FORMAT, vllm_json.FORMAT),
     table="serving_results",
-    columns=(*(_column(name) for name in COLUMNS), *telemetry_columns(TELEMETRY)),
-    key=("config", "concurrency", "repeat"),
+    columns=(*(_column(name) for name in COLUMNS), *telemetry_columns(TELEMETRY), *_workload_columns()),
+    key=("config", "concurrency", "request_rate", "repeat"),
+    sparse=LOAD_AXES,
+    comparable_by=("dataset", "dataset_sha256"),
+    spec_row_values=spec_row_values,
+    shipped=shipped,
+    row_notes=workload.rate_notes,
     shown=(
         "config",
         "concurrency",
+        "request_rate",
         "repeat",
         "warmup",
         "num_prompts",
         "completed",
+        "achieved_rate",
+        "prefix_cache_hit_rate",
         "output_throughput",
         "mean_ttft_ms",
         "mean_tpot_ms",
@@ -404,15 +467,20 @@ KIND = ResultKind(
     options=ServingOptions,
     former_names=("serving_log",),
     form=FORM,
-    paired=(("concurrency", "prompts"),),
+    paired=(("concurrency", "prompts"), ("request_rate", "prompts")),
     config_args=config_args,
     wide_view="serving_wide",
     defaults={"repeat": 1, "warmup": False},
-    row_defaults=("input_len", "output_len", "num_prompts"),  # the run's arguments, where the output has none
+    row_defaults=(
+        "input_len",
+        "output_len",
+        "num_prompts",
+        "burstiness",
+    ),  # the run's arguments, where the output has none
     side_tables=(REQUESTS, SEARCH, *TELEMETRY_TABLES),
     telemetry=telemetry,
     bottlenecks=bottleneck.bottlenecks,
     validity="validity",
-    from_side_files=failed_from_requests,
+    from_side_files=from_requests,
     plots=plots,
 )

@@ -10,13 +10,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from benchflow.analysis.bottleneck import Rules, Verdict, judge, rules
+from benchflow.kinds.serving.workload import phase_of
 
-KEY = ("config", "concurrency", "repeat")
 SERVER_ROLES = ("prefill", "decode", "single")
 
 
 def _of(rows: Sequence[Mapping[str, Any]], record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [r for r in rows if all(r.get(k) == record.get(k) for k in KEY)]
+    """The rows of a phase: config, concurrency, request rate (a client's ``inf``: none) and repeat."""
+    return [r for r in rows if phase_of(r) == phase_of(record)]
 
 
 def _sum(values: Sequence[Any]) -> float | None:
@@ -88,7 +89,7 @@ def figures(signals_: Mapping[str, Any]) -> str:
 
 
 def verdict_row(record: Mapping[str, Any], kind: str, start: float, end: float, verdict: Verdict) -> dict[str, Any]:
-    key = {k: record.get(k) for k in ("config", "concurrency", "repeat", "warmup", "dtype", "m")}
+    key = {k: record.get(k) for k in ("config", "concurrency", "request_rate", "repeat", "warmup", "dtype", "m")}
     return {"kind": kind, **key, "phase_start": start, "phase_end": end} | {
         "verdict": verdict.verdict,
         "limiter": verdict.limiter,

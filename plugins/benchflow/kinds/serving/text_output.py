@@ -49,10 +49,20 @@ NEAR = 8  # lines around a block in which an unread ``label: number`` line is re
 
 # ===== PD concurrency=8 (n=24) =====   /   ... (n=24) repeat=2 =====   /   ... (n=8) warmup =====
 # (the project's own sweep driver: a phase, the repeat of it, or the warm-up phase whose results are kept, marked)
+# ===== PD request_rate=4 (n=24) =====   /   ===== PD request_rate=4 concurrency=64 (n=24) =====   (a rate sweep,
+# under a concurrency cap or none)
 PHASE_RE = re.compile(
-    r"={3,}\s*(?P<config>\S.*?)\s+concurrency=(?P<c>\d+)\s+\(n=(?P<n>\d+)\)"
+    r"={3,}\s*(?P<config>\S.*?)\s+(?=(?:request_rate|concurrency)=)(?:request_rate=(?P<q>\d+(?:\.\d+)?)\s+)?"
+    r"(?:concurrency=(?P<c>\d+)\s+)?\(n=(?P<n>\d+)\)"
     r"(?:\s+repeat=(?P<repeat>\d+)|\s+(?P<warmup>warmup))?\s*={3,}\s*$"
 )
+PHASE_WORDS = ("concurrency=", "request_rate=")  # cheap: only a line with one can be a phase header
+
+
+def _phase_line(line: str) -> re.Match[str] | None:
+    return PHASE_RE.search(line) if any(w in line for w in PHASE_WORDS) else None
+
+
 # ============ Serving Benchmark Result ============   /   --- Serving Benchmark Result ---
 # 100%|██████████| 80/80 [00:12<00:00]============ Serving Benchmark Result ============   (glued to tqdm)
 # ====== Offline Throughput Benchmark Result =======   (SGLang bench_offline_throughput: the same labels)
@@ -175,9 +185,17 @@ class _Block:
         self.suspended_at = None
 
 
-def _phase_name(phase: tuple[str, int, int, int, bool]) -> str:
-    config, concurrency, _, repeat, warmup = phase
-    return f"{config} concurrency={concurrency}" + (" warmup" if warmup else f" repeat={repeat}" if repeat > 1 else "")
+Phase = tuple[str, int | None, float | None, int, int, bool]  # config, concurrency, rate, prompts, repeat, warm-up
+
+
+def _phase_name(phase: Phase) -> str:
+    config, concurrency, rate, _, repeat, warmup = phase
+    load = " ".join(
+        f"{name}={value:g}"
+        for name, value in (("request_rate", rate), ("concurrency", concurrency))
+        if value is not None
+    )
+    return f"{config} {load}" + (" warmup" if warmup else f" repeat={repeat}" if repeat > 1 else "")
 
 
 def parse(text: str, marker: str = "ALL_DONE") -> ParsedRun:
@@ -243,7 +261,7 @@ class _Reader:
         self.marker = marker
         self.notes = Notes()
         self.rows: list[dict[str, Any]] = []
-        self.phase: tuple[str, int, int, int, bool] | None = None
+        self.phase: Phase | None = None
         self.phase_rows = 0
         self.empty_phases: list[str] = []  # phases whose client printed no result block (a failed phase)
         self.above: dict[str, Any] = {}  # values printed above the next block
@@ -371,8 +389,9 @@ class _Reader:
                 self.notes.warn(number_, f"{label!r} outside a result block ({too_few}): not read")
 
     def open_block(self, at: int, prefix: str, header: bool = True) -> _Block:
-        config, concurrency, prompts, repeat, warmup = self.phase or (None, None, None, 1, False)
+        config, concurrency, rate, prompts, repeat, warmup = self.phase or (None, None, None, None, 1, False)
         row = empty_row(config, concurrency, prompts, repeat, warmup)
+        row["request_rate"] = rate
         from_above = set()
         for column, value in self.above.items():
             if row[column] is None:
@@ -412,7 +431,7 @@ class _Reader:
                 return "outside"  # the new header is read there
             self.confirm(block, number_, line[: header.start()] if header else "", header is None)
             return self.flattened(block, number_, line[header.end() :]) if header else "next"
-        if "concurrency=" in line and PHASE_RE.search(line):
+        if _phase_line(line):
             self.close("phase", number_)
             return "outside"
         return self.in_body(block, number_, body, stripped)
@@ -546,7 +565,7 @@ class _Reader:
             self.complete = True
             return "stop"
         serving = "enchmark" in line  # cheap: only such a line can be a header
-        if "concurrency=" in line and (match := PHASE_RE.search(line)):
+        if match := _phase_line(line):
             self.new_phase(match)
         elif serving and (header := HEADER_RE.search(line)):
             return self.headed(number_, line, header)
@@ -617,7 +636,9 @@ class _Reader:
             self.empty_phases.append(_phase_name(self.phase))
         warmup = match["warmup"] is not None
         repeat = 0 if warmup else int(match["repeat"] or 1)
-        self.phase, self.phase_rows = (match["config"], int(match["c"]), int(match["n"]), repeat, warmup), 0
+        concurrency = int(match["c"]) if match["c"] else None
+        rate = float(match["q"]) if match["q"] else None
+        self.phase, self.phase_rows = (match["config"], concurrency, rate, int(match["n"]), repeat, warmup), 0
         self.above.clear()
         self.half_header = None
 
