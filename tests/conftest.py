@@ -126,8 +126,12 @@ def group_of(nodeid: str) -> str:
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """pytest-xdist's scope scheduling over :func:`group_of` (its ``loadgroup`` reads markers through a node
-    attribute pytest 9 no longer has)."""
+    attribute pytest 9 no longer has), in the order :func:`pytest_collection_modifyitems` gave: by default it
+    hands out the groups with the most tests first, which put the stack group (a dozen long tests) behind every
+    module of many short ones, starting more than two minutes into the run."""
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False
 
     class GroupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
