@@ -143,23 +143,27 @@ def test_sql_is_read_only(statement):
     assert bench("sql", "SELECT count(*) AS n FROM valid_runs").returncode == 0
 
 
-def test_pools_creates_one_slot_per_host_once_and_keeps_an_operators_change(airflow_db):
+def test_pools_creates_one_slot_per_host_once_and_keeps_an_operators_change(airflow_db, tmp_path):
+    """On campaigns of its own, on hosts that no other test names: the metadata DB is the suite's, and every
+    ``bench run`` creates its campaigns' pools in it."""
     from airflow.models.pool import Pool
 
-    from benchflow.spec import load_all
-
-    hosts = {spec.host for spec in load_all()[0]}
-    assert {"local", "gpu_loopback", "gpu_rtxpro6000"} <= hosts
-    first = bench("pools")
+    hosts = ["pools_test_one", "pools_test_two"]
+    for n, host in enumerate(hosts):
+        spec = f"description: a campaign on {host}\nhost: {host}\npayload: moe\nschedule: null\n"
+        (tmp_path / f"c{n}.yaml").write_text(spec + "benchmark:\n  script: bench_moe.py\n  args: {m_list: [1]}\n")
+    env = {**os.environ, "BENCH_CAMPAIGNS_DIR": str(tmp_path)}
+    pools = [BENCH, "pools"]
+    first = subprocess.run(pools, capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120, env=env)
     assert first.returncode == 0, first.stderr
     for host in hosts:
-        assert f"bench_host_{host}: created, 1 slot" in first.stdout
+        assert f"bench_host_{host}: created, 1 slot" in first.stdout, first.stdout
         pool = Pool.get_pool(f"bench_host_{host}")
         assert pool is not None and pool.slots == 1 and not pool.include_deferred
-    Pool.create_or_update_pool("bench_host_gpu_rtxpro6000", 2, "two campaigns at once on this host", False)
-    again = bench("pools")
-    assert "bench_host_gpu_rtxpro6000: exists, 2 slot(s)" in again.stdout and "created" not in again.stdout
-    assert Pool.get_pool("bench_host_gpu_rtxpro6000").slots == 2
+    Pool.create_or_update_pool(f"bench_host_{hosts[1]}", 2, "two campaigns at once on this host", False)
+    again = subprocess.run(pools, capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120, env=env)
+    assert f"bench_host_{hosts[1]}: exists, 2 slot(s)" in again.stdout and "created" not in again.stdout, again.stdout
+    assert Pool.get_pool(f"bench_host_{hosts[1]}").slots == 2
 
 
 def compare_warehouse(var: Path) -> dict[str, str]:
