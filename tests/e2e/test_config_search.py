@@ -10,6 +10,7 @@ config block are in the warehouse."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -111,7 +112,12 @@ def test_the_search_names_the_true_best_with_less_than_the_grid_and_keeps_the_co
     assert rounds_of["g1_b8"][-1] == last and all(last not in r for n, r in rounds_of.items() if n != "g1_b8")
     assert rounds_of["g1_b0"] == [1] and search["probes"] == sum(len(r) for r in rounds_of.values())
     assert search["prompts"] < search["grid_prompts"] and search["search_probes"] < search["grid_probes"], search
-    assert rows["g1_b8"]["tokens_per_s_per_gpu"] > rows["g2_b8"]["tokens_per_s_per_gpu"] > 0
+    # figures only where a load passed (a busy machine can fail a worse config's low end): per GPU, the best gives
+    # more tokens/s than every worse config that held a load, and none is claimed for one that held none
+    held = [r for r in worse if not math.isnan(r["pass_load"])]
+    best_tokens, records = rows["g1_b8"]["tokens_per_s_per_gpu"], ranking.to_dict("records")
+    assert held and all(best_tokens > r["tokens_per_s_per_gpu"] > 0 for r in held), records
+    assert all(math.isnan(r["tokens_per_s_per_gpu"]) for r in worse if r not in held), records
     assert rows["g1_b8"]["cost_per_mtok"] > 0 and rows["g1_b8"]["pareto"]
     block = yaml.safe_load(whole["winner_yaml"])["configs"][0]
     assert block["name"] == "g1_b8" and "--max-batch 8" in block["servers"][0]["command"]
