@@ -205,7 +205,11 @@ def test_vllm_names_and_a_prefill_that_costs_its_prompt(servers):
         check_histogram(samples, f"vllm:{name}_seconds")
         assert total(samples, f"vllm:{name}_seconds_count") == n
     assert total(samples, "vllm:inter_token_latency_seconds_count") == n * 3
-    assert total(samples, "vllm:time_to_first_token_seconds_sum") >= n * len(prompt) * PREFILL_MS / 1e3
+    # each request's TTFT holds its prefill: the prompt tokens the prefix cache did not hold (the first of the same
+    # prompts to reach the cache pays for all 16; the others, as the race between them goes, for the rest or less)
+    prefilled = n * len(prompt) - total(samples, "vllm:prefix_cache_hits_total")
+    assert len(prompt) <= prefilled <= n * len(prompt), prefilled
+    assert total(samples, "vllm:time_to_first_token_seconds_sum") >= prefilled * PREFILL_MS / 1e3
 
 
 def test_without_enable_metrics_there_is_no_endpoint(servers):
