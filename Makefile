@@ -2,6 +2,7 @@
 #   make demo   runs the demo campaign through Airflow against this machine (results in DuckDB)
 #   make test   runs ruff, mypy and the whole test suite (unit, integration, e2e, stack) in parallel processes
 #   make check  the edit loop: ruff, mypy, the unit and integration tiers
+#   make flaky TESTS=... N=5   chosen tests N times beside a CPU hog, and how many runs passed
 #   make up     starts Airflow for this project here (UI, Benchmarks view); make down stops it
 # They create .venv (Airflow's environment) and .venv-host (the serving host's: torch, triton, the real
 # SGLang/vLLM benchmark clients and sglang-router) on first use and refresh them when their requirements change.
@@ -20,7 +21,7 @@ HOST_VENV  := .venv-host
 HOST_PY    := $(HOST_VENV)/bin/python
 HOST_STAMP := $(HOST_VENV)/.installed
 
-.PHONY: demo test check lint venv host-venv constraints clean compose-env up down
+.PHONY: demo test check flaky lint venv host-venv constraints clean compose-env up down
 
 # pip prints each package as it collects and installs it: the progress of a first set-up that takes minutes.
 $(STAMP): requirements.txt requirements-dev.txt requirements-nodeps.txt constraints.txt pyproject.toml
@@ -75,7 +76,7 @@ lint: $(STAMP)
 
 $(SYSTEM_DEPS):
 	$(SUDO) apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openssh-server openssh-client chromium
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openssh-server openssh-client chromium stress-ng
 
 # The suite in PYTEST_WORKERS processes (pytest-xdist; tests/conftest.py groups what shares a fixture), each test
 # under a timeout; it ends with the 15 slowest tests, the time per tier, and the total of lint, types and tests.
@@ -100,6 +101,26 @@ check: $(STAMP) $(SYSTEM_DEPS) $(HOST_STAMP)
 	$(PYTEST) -m "unit or integration" || status=$$?; \
 	echo "make check: $$(( $$(date +%s) - start )) s in all, exit $$status"; \
 	exit $$status
+
+# Hunting flakes: TESTS (paths or node ids) N times in a row while a one-core busy loop runs beside them (Debian's
+# stress-ng where it is installed, else a shell loop), as on a busy CI machine; prints each run's outcome and the
+# pass count, and fails unless every run passed. A new e2e or stack test lands only after N=5 of 5 here.
+N ?= 5
+TESTS ?=
+FLAKY_WORKERS ?= 1
+flaky: $(STAMP) $(SYSTEM_DEPS) $(HOST_STAMP)
+	@test -n "$(TESTS)" || { echo "make flaky: name the tests: make flaky TESTS=tests/e2e/test_bench_run.py N=5"; exit 2; }
+	@mkdir -p var
+	@if command -v stress-ng >/dev/null; then stress-ng --cpu 1 --quiet & else sh -c 'while :; do :; done' & fi; \
+	hog=$$!; trap 'kill $$hog 2>/dev/null' EXIT; passed=0; \
+	for run in $$(seq $(N)); do \
+	  start=$$(date +%s); \
+	  if TRITON_INTERPRET=1 $(VENV)/bin/pytest -n $(FLAKY_WORKERS) -q -p no:cacheprovider --durations=0 $(TESTS) \
+	       > var/flaky-$$run.log 2>&1; then passed=$$((passed + 1)); outcome=passed; else outcome=FAILED; fi; \
+	  echo "make flaky: run $$run of $(N) $$outcome in $$(( $$(date +%s) - start )) s ($$(tail -n 1 var/flaky-$$run.log)); log var/flaky-$$run.log"; \
+	done; \
+	echo "make flaky: $$passed of $(N) runs passed beside a CPU hog: $(TESTS)"; \
+	[ $$passed -eq $(N) ]
 
 # docker-compose.yaml's gpu-sim: its host key and the workers' client key (./secrets/, never in git),
 # and in .env the pinned host key and the UID the containers run as.

@@ -14,12 +14,15 @@ timeout (``timeout`` in ``pyproject.toml``, raised per test where a real run nee
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -30,6 +33,7 @@ TEST_DB = f"benchflow_test_{os.getpid()}"
 PG_URI = f"postgresql://postgres@127.0.0.1:5432/{TEST_DB}"
 VAR = Path(tempfile.mkdtemp(prefix="benchflow-test-"))
 TIERS = ("unit", "integration", "e2e", "stack")
+E2E_TIMEOUT_S = 600  # an e2e test's timeout unless it sets its own (pyproject's 300 s for the others)
 
 os.environ.update(
     {
@@ -89,6 +93,69 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(VAR, ignore_errors=True)
 
 
+TIMEOUT_TIMER = pytest.StashKey[threading.Timer]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
+    """pytest-timeout's thread method, made to say what it did: its own timer writes the stacks through the terminal
+    writer, which an xdist worker never shows, and then ``os._exit``s the worker, so a test past its timeout read
+    "node down: Not properly terminated" with no traceback, as a killed worker does. This timer writes the test's
+    name, its captured output, the worker's live child processes and every thread's stack to the process's real
+    stderr (which the run's log shows), ends those child processes, then exits the same way."""
+    if settings.method != "thread" or not settings.timeout or settings.timeout <= 0:
+        return None
+    timer = threading.Timer(settings.timeout, timed_out, (item, float(settings.timeout)))
+    timer.name = f"test timeout {item.nodeid}"
+    timer.daemon = True
+    item.stash[TIMEOUT_TIMER] = timer
+    timer.start()
+    return True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_cancel_timer(item: pytest.Item) -> bool | None:
+    timer = item.stash.get(TIMEOUT_TIMER, None)
+    if timer is None:
+        return None
+    timer.cancel()
+    timer.join()
+    return True
+
+
+def timed_out(item: pytest.Item, timeout: float) -> None:
+    """The end of a test past its timeout: what it was doing, on the real stderr; then this process exits."""
+    import faulthandler
+
+    out = err = ""
+    capman = item.config.pluginmanager.getplugin("capturemanager")
+    try:
+        capman.suspend_global_capture(item)  # stderr is the process's own again
+        out, err = capman.read_global_capture()
+    except Exception as exc:  # the stacks matter more than the captured output
+        err = f"(captured output unreadable: {exc!r})"
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    children = psutil.Process().children(recursive=True)
+    with os.fdopen(os.dup(2), "w") as stream:
+        stream.write(f"\n{'+' * 30} TIMEOUT {'+' * 30}\n{item.nodeid} ran past its timeout of {timeout:.0f} s ")
+        stream.write(f"(worker {worker}, pid {os.getpid()}); this process exits\n")
+        for name, text in (("stdout", out), ("stderr", err)):
+            if text:
+                stream.write(f"--- captured {name} (last 4000 characters) ---\n{text[-4000:]}\n")
+        stream.write("--- live child processes ---\n")
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                stream.write(f"{child.pid} {child.status()} {' '.join(child.cmdline())[:300]}\n")
+        stream.write("--- threads ---\n")
+        stream.flush()
+        faulthandler.dump_traceback(file=stream, all_threads=True)
+        stream.write(f"{'+' * 30} TIMEOUT {'+' * 30}\n")
+    for child in children:  # psutil checks each is the process it saw (no recycled pid is signalled)
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    os._exit(1)
+
+
 def tier_of(item: pytest.Item) -> str:
     tiers = [m.name for m in item.iter_markers() if m.name in TIERS]
     if len(tiers) != 1:
@@ -107,6 +174,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     starts last; the order within a tier stays the files'."""
     order = {tier: n for n, tier in enumerate(("stack", "e2e", "integration", "unit"))}
     items.sort(key=lambda item: order[tier_of(item)])
+    for item in items:  # a whole campaign on a busy machine: the timeout catches a hang, not a slow machine
+        if tier_of(item) == "e2e" and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(E2E_TIMEOUT_S))
 
 
 OWN_STACK = ("tests/stack/test_bench_up.py",)  # stack-tier modules that start their own stack (bench up)

@@ -3,7 +3,6 @@ real clients directly (no campaign)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
@@ -12,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from benchflow.hosts.local import signal_group
 from benchflow.paths import host_python
 from benchtools.net import free_port
 from tests.conftest import PROJECT_ROOT
@@ -38,6 +38,6 @@ def tiny_server(log_dir: Path, *args: str) -> Iterator[str]:
                 time.sleep(0.5)
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        signal_group(proc, signal.SIGTERM)  # not once reaped (the poll above may have)
         proc.wait(timeout=30)
         log.close()

@@ -349,6 +349,7 @@ class Smi:
         selector.register(stop.fd, selectors.EVENT_READ)
         selector.register(out, selectors.EVENT_READ)
         columns, pending, why = list(self.fields), b"", "max-s"
+        first_round: set[Any] = set()  # GPU indexes with a row written: a read may end between two GPUs' lines
         try:
             while not stop.requested and time.monotonic() < deadline:
                 left = deadline - time.monotonic()
@@ -368,7 +369,8 @@ class Smi:
                 rows = [r for r in (self.parse(line, columns) for line in lines) if r is not None]
                 if rows and not writer.write(rows):
                     return "max-bytes"
-                if rows:
+                first_round.update(r["index"] for r in rows)
+                if len(first_round) >= len(self.gpus):  # the marker says every GPU has a row on disk, not the first
                     on_first()
             return "signal" if stop.requested else why
         finally:

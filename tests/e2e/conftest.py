@@ -10,13 +10,24 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import FIXTURES, PROJECT_ROOT
+import pytest
+
+from tests.conftest import FIXTURES, PROJECT_ROOT, VAR
 
 PAYLOADS = {
     "moe": PROJECT_ROOT / "kernels" / "moe",
     "serving": PROJECT_ROOT / "kernels" / "serving",
     "fault": FIXTURES / "payloads" / "fault",
 }
+
+
+@pytest.fixture(autouse=True)
+def fresh_services_log() -> None:
+    """Each test reads the services log its own runs wrote: the local host's workdir is its test process's (one
+    per xdist worker), and whichever module that worker ran before may have left lines there (a run that reads no
+    log, or a test that failed before reading it), so what a test found used to depend on how the tests were
+    handed out."""
+    (VAR / "hosts" / "local" / "services.log").unlink(missing_ok=True)
 
 
 @contextmanager

@@ -27,7 +27,7 @@ BENCH = Path(sys.executable).parent / "bench"
 DB_CONN = "gpu_made_by_cli"  # a connection in Airflow's metadata DB, as the UI, the REST API and the CLI make it
 
 
-def spec(mode: str, rows: int, delay: float, timeout: int = 300, extra: str = "") -> str:
+def spec(mode: str, rows: int, delay: float, timeout: int = 300, extra: str = "", **args: object) -> str:
     return textwrap.dedent(f"""\
         description: quiet bench run, {mode}
         host: local
@@ -35,7 +35,7 @@ def spec(mode: str, rows: int, delay: float, timeout: int = 300, extra: str = ""
         schedule: null
         benchmark:
           script: bench_fault.py
-          args: {json.dumps({"mode": mode, "rows": rows, "delay": delay})}
+          args: {json.dumps({"mode": mode, "rows": rows, "delay": delay, **args})}
         {extra}
         timeouts:
           benchmark: {timeout}
@@ -52,10 +52,10 @@ def env(tmp_path_factory, airflow_db):
     root = tmp_path_factory.mktemp("quiet")
     (root / "specs").mkdir()
     for name, text in {
-        "quiet_ok": spec("ok", 4, 1.0),
+        "quiet_ok": spec("ok", 4, 0.2, gate_at=2),  # held after 2 rows until the test saw the wait's progress
         "quiet_crash": spec("crash", 2, 0.0),
         "quiet_hang": spec("hang", 2, 0.0),
-        "quiet_bar": spec("bar", 2, 0.0, timeout=12),
+        "quiet_bar": spec("bar", 2, 0.0, timeout=30),  # the wait must start before the timeout, on a busy machine too
         "quiet_busy": spec("ok", 2, 0.0, extra="gpus_free: {max_used_mib: 1024, wait: 0.5, poke_interval: 0.5}"),
         "quiet_dbconn": spec("ok", 3, 0.5).replace("host: local", f"host: {DB_CONN}"),
     }.items():
@@ -118,9 +118,23 @@ def log_file(stdout: str) -> Path:
 
 def test_a_good_run_prints_task_lines_progress_and_the_table(env, var_dir):
     services_log(var_dir)
-    done = bench_run(env, "quiet_ok")
-    out = done.stdout
-    assert done.returncode == 0, out + done.stderr
+    proc = subprocess.Popen(
+        [str(BENCH), "run", "quiet_ok"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    seen = [proc.stdout.readline()]
+    run_id = seen[0].split(", run ", 1)[1].strip()
+    gate = Path(layout.run_dir(str(var_dir / "hosts" / "local"), "bench_quiet_ok", run_id)) / "gate"
+    try:  # the benchmark waits at its gate until the wait's progress was shown, however slow the machine
+        while not (" wait    wait_done: " in seen[-1] and "check" in seen[-1]):
+            seen.append(proc.stdout.readline())
+            assert seen[-1] or proc.poll() is None, "".join(seen)
+    finally:
+        gate.parent.mkdir(parents=True, exist_ok=True)
+        gate.touch()
+    rest, err = proc.communicate(timeout=300)
+    out = "".join(seen) + rest
+    assert proc.returncode == 0, out + err
     lines = out.splitlines()
     assert len(lines) < 70, out  # not hundreds of log lines
     assert not [line for line in lines if "[info" in line or "[debug" in line], out
@@ -187,7 +201,7 @@ def test_a_benchmark_timeout_is_named_and_the_wait_shows_the_clients_progress(en
     assert done.returncode == 1, out + done.stderr
     entries = failed_tasks(out)
     assert entries[0].startswith(
-        "failed task: wait_done: AirflowFailException: benchmark ran past its timeout of 12 s"
+        "failed task: wait_done: AirflowFailException: benchmark ran past its timeout of 30 s"
     ), out
     names = [entry.split(":")[1].strip() for entry in entries]
     assert "verdict" not in names or names[-1] == "verdict", names

@@ -1,8 +1,9 @@
 """A serving campaign's load search end to end over loopback SSH: the tiny server with a known capacity (a batch
-limit of 6 sequences per 40 ms step, so TPOT is 40 ms up to concurrency 6 and 80 ms from 7; the SLO's 60 ms
-is far from both, whatever else the machine runs), the real SGLang client driven by the sweep driver on the
-host, the search's answer and every probe in the warehouse, and no parse note from the search's own lines; on the
-host, the probes the search made (doubling, then bisecting), each a phase of the log, and the client's own
+limit of 6 sequences per 100 ms step, so TPOT is 100 ms up to concurrency 6 and 200 ms from 7; the SLO's 150 ms
+is 50 ms from both: load only slows a step, so a load above the capacity fails whatever else the machine runs,
+and one within it passes unless every token comes 50 ms late), the real SGLang client driven by the sweep driver
+on the host, the search's answer and every probe in the warehouse, and no parse note from the search's own lines;
+on the host, the probes the search made (doubling, then bisecting), each a phase of the log, and the client's own
 per-request data on both sides of the answer."""
 
 from __future__ import annotations
@@ -25,17 +26,18 @@ from tests.e2e.conftest import campaign_dags, on_free_ports, run_dag
 
 pytestmark = pytest.mark.e2e
 
-SLO = {"p90_tpot_ms": 60, "max_failed_fraction": 0.05}
+PROMPTS = 30  # the fewest a P90 (29) and a failed fraction of 0.1 are decided on: a slower step, no slower test
+SLO = {"p90_tpot_ms": 150, "max_failed_fraction": 0.1}
 SEARCH = {
     "over": "concurrency",
     "range": [2, 16],
     "slo": SLO,
     "precision": 0.1,
-    "prompts_per_probe": 60,
+    "prompts_per_probe": PROMPTS,
     "repeats": 2,
     "budget": {"probes": 14, "seconds": 900},
 }
-CAPACITY = 6  # the server decodes at most 6 sequences per step: the highest concurrency within 60 ms TPOT
+CAPACITY = 6  # the server decodes at most 6 sequences per step: the highest concurrency within 150 ms TPOT
 SPEC = textwrap.dedent(
     f"""\
     description: load search over loopback SSH, the tiny server with a known capacity
@@ -48,7 +50,7 @@ SPEC = textwrap.dedent(
       - name: single
         servers:
           - name: engine
-            command: "{{python}} server.py --layers 1 --hidden 32 --max-batch {CAPACITY} --step-ms 40 --port {{port}}"
+            command: "{{python}} server.py --layers 1 --hidden 32 --max-batch {CAPACITY} --step-ms 100 --port {{port}}"
             port: 30120
     benchmark:
       script: sweep.py
@@ -84,7 +86,7 @@ def test_the_search_finds_the_servers_capacity_within_its_precision_and_budget(b
     ).to_dict("records")
     line = search_answer(answer)
     assert line.startswith(
-        f"load search single: highest concurrency within the SLO (max_failed_fraction 0.05, p90_tpot_ms 60) "
+        f"load search single: highest concurrency within the SLO (max_failed_fraction 0.1, p90_tpot_ms 150) "
         f"{CAPACITY}, lowest failing {CAPACITY + 1}; goodput "
     ), line
     assert f"stopped: converged after {found['probes']} probes" in line, line
@@ -103,7 +105,7 @@ def test_the_search_finds_the_servers_capacity_within_its_precision_and_budget(b
     assert sorted(zip(probes["concurrency"], probes["repeat"], strict=True)) == sorted(
         (int(step["load"]), step["repeat"]) for step in trail
     )  # every probe is a phase row, as a fixed sweep's phases are
-    assert set(probes["num_prompts"]) == {60}
+    assert set(probes["num_prompts"]) == {PROMPTS}
     at_answer = [step for step in trail if step["load"] == CAPACITY]
     assert at_answer and all(step["verdict"] == "pass" for step in at_answer[-1:])
     assert not any(math.isnan(v) for v in probes["p99_tpot_ms"])
@@ -129,7 +131,7 @@ def test_the_search_finds_the_servers_capacity_within_its_precision_and_budget(b
     keys = [(r["config"], r["concurrency"], r["repeat"]) for r in parsed.rows]
     assert keys == [("single", s["load"], s["repeat"]) for s in record["trail"]]
     requests = [json.loads(line) for line in (rundir / "requests.jsonl").read_text().splitlines()]
-    assert len(requests) == 60 * record["probes"] and all(r["ok"] for r in requests)
+    assert len(requests) == PROMPTS * record["probes"] and all(r["ok"] for r in requests)
 
     def p90_tpot(load: int) -> loadsearch.Bounds:  # every repeat at the load, pooled as the search pools them
         values = [loadsearch.request_value(r, "tpot") for r in requests if r["concurrency"] == load]
@@ -140,7 +142,7 @@ def test_the_search_finds_the_servers_capacity_within_its_precision_and_budget(b
 
 def test_a_probe_too_small_for_its_percentile_is_refused_with_file_line_and_field(tmp_path):
     spec = tmp_path / "search_small.yaml"
-    spec.write_text(SPEC.replace('"prompts_per_probe": 60', '"prompts_per_probe": 20'))
+    spec.write_text(SPEC.replace(f'"prompts_per_probe": {PROMPTS}', '"prompts_per_probe": 20'))
     with pytest.raises(SpecError) as caught:
         load_spec(spec)
     (line,) = caught.value.lines()

@@ -51,8 +51,10 @@ def fault_spec(args: dict, benchmark_timeout: int = 120, workdir: Path | None = 
 
 
 CAMPAIGNS = {
-    "ssh_outage": fault_spec({"mode": "ok", "rows": 6, "delay": 2}),
-    "ssh_killed": fault_spec({"mode": "ok", "rows": 30, "delay": 0.5}),
+    # held at a row until the test has acted (the gate file), then on at its pace: what the test does happens while
+    # the benchmark runs and the wait streams it, however long a busy machine takes to get there
+    "ssh_outage": fault_spec({"mode": "ok", "rows": 6, "delay": 1, "gate_at": 1}, benchmark_timeout=900),
+    "ssh_killed": fault_spec({"mode": "ok", "rows": 30, "delay": 0.1, "gate_at": 3}, benchmark_timeout=900),
     "ssh_hang": fault_spec({"mode": "hang", "rows": 2}, benchmark_timeout=4),
 }
 
@@ -67,10 +69,11 @@ def bag(tmp_path_factory, airflow_db, sshd):
 run = run_dag
 
 
-def when_rows(sshd, name: str, rows: int, action, timeout: float = 120) -> Watcher:
+def when_rows(sshd, name: str, rows: int, action, timeout: float = 600) -> Watcher:
     """In the background: once the running benchmark has written ``rows`` rows and the deferred wait is on (its
-    stream of the benchmark's log runs on the host), call ``action(job dir)``. :meth:`Watcher.done` ends the watch
-    with the run, so that a late action never reaches into the next test."""
+    stream of the benchmark's log runs on the host), call ``action(job dir)``, then open the benchmark's gate (its
+    ``gate_at`` holds it until then). :meth:`Watcher.done` ends the watch with the run, so that a late action never
+    reaches into the next test."""
     watcher = Watcher(threading.Event(), [])
 
     def watch():
@@ -84,6 +87,7 @@ def when_rows(sshd, name: str, rows: int, action, timeout: float = 120) -> Watch
                         watcher.outcome.append("acted")
                     except Exception as error:  # the test reports it (a thread's exception goes nowhere)
                         watcher.outcome.append(f"action failed: {error!r}")
+                    (results.parent / "gate").touch()
                     return
             time.sleep(0.1)
 
@@ -148,8 +152,9 @@ def test_demo_campaign_over_ssh_end_to_end(bag, sshd, var_dir):
     assert (artifacts / "results.jsonl").exists() and "ALL_DONE" in (artifacts / "bench.log").read_text()
     # One connection for each task that touches the host (preflight, acquire_host, gpus_free, deploy,
     # start_telemetry, launch, wait_done's first check before it defers, stop_benchmark, stop_telemetry, fetch,
-    # release_host; this spec has no services) and one for the whole deferred wait.
-    assert sshd.connections_accepted() - before == 12
+    # release_host; this spec has no services) and one for the whole deferred wait, if it deferred (a busy machine
+    # may start the wait after the sweep ended): never one per check.
+    assert sshd.connections_accepted() - before in (11, 12)
 
 
 def test_sshd_outage_mid_wait_reconnects_and_loses_nothing(bag, sshd, capfd):

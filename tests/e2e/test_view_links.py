@@ -63,6 +63,8 @@ def test_every_link_of_the_view_resolves_and_a_manual_run_is_not_judged(ran, api
             context = browser.new_context()
             context.add_cookies([{"name": "_token", "value": token, "url": api_server}])
             page = context.new_page()
+            page.set_default_timeout(60_000)  # an in-process api-server on a busy machine: not Playwright's 30 s
+            page.set_default_navigation_timeout(120_000)
             page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
             queue = [f"{api_server}/benchmarks/"]
             while queue:

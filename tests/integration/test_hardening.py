@@ -123,7 +123,7 @@ def test_an_open_notebook_never_holds_up_a_load(tmp_path):
             sys.executable,
             "-c",
             "import duckdb, sys, time; c = duckdb.connect(sys.argv[1], read_only=True);"
-            " print(c.execute('SELECT count(*) FROM runs').fetchone()[0], flush=True); time.sleep(60)",
+            " print(c.execute('SELECT count(*) FROM runs').fetchone()[0], flush=True); time.sleep(120)",
             snapshot,
         ],
         stdout=subprocess.PIPE,
@@ -131,9 +131,8 @@ def test_an_open_notebook_never_holds_up_a_load(tmp_path):
     )
     try:
         assert notebook.stdout.readline().strip() == "1"  # the notebook is open on the published snapshot
-        started = time.monotonic()
-        writer.load(record("r2"), KERNEL, ROWS)  # not waiting for the notebook
-        assert time.monotonic() - started < 30
+        writer.load(record("r2"), KERNEL, ROWS)  # not waiting for the notebook: it holds its snapshot for 2 minutes
+        assert notebook.poll() is None  # the load finished while the notebook still held its connection
         reader = Warehouse.at(path, read_only=True)
         assert sorted(reader.query("SELECT run_id FROM runs")["run_id"]) == ["r1", "r2"]  # published at commit
     finally:

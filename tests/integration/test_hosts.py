@@ -59,3 +59,58 @@ def test_check_raises_with_host_and_output(tmp_path):
 def test_unknown_host_is_refused_clearly():
     with pytest.raises(HostError, match="'no_such_host': no Airflow connection with that id"):
         get_host("no_such_host")
+
+
+def test_a_stream_closed_early_ends_its_whole_process_group_and_reaps_it(tmp_path):
+    """The local host's log stream: a reader that stops after a few lines leaves nothing of the command running."""
+    import asyncio
+
+    from tests.conftest import live_group_members
+
+    async def first_lines() -> tuple[list[str], int]:
+        session = await LocalHost(workdir=tmp_path).open_session()
+        command = "echo $$ > leader; (while :; do echo child; sleep 0.01; done) & while :; do echo x; done"
+        stream = session.lines(command)
+        seen = [line async for line in _take(stream, 3)]
+        await stream.aclose()
+        return seen, int((tmp_path / "leader").read_text())
+
+    seen, leader = asyncio.run(first_lines())
+    assert len(seen) == 3
+    assert live_group_members(leader) == []
+
+
+def test_a_stream_of_a_command_that_ends_reads_every_line():
+    import asyncio
+
+    async def every_line() -> list[str]:
+        session = await LocalHost().open_session()
+        return [line async for line in session.lines("seq 1 2000")]
+
+    assert asyncio.run(every_line()) == [str(n) for n in range(1, 2001)]
+
+
+def test_no_process_group_is_signalled_once_its_leader_was_reaped():
+    """A reaped leader's number may be another's group by now: ``signal_group`` then sends nothing, and
+    ``end_session`` ends a live group (its leader and the child it forked) and reaps it."""
+    import subprocess
+
+    from benchflow.hosts.local import end_session, signal_group
+    from tests.conftest import live_group_members
+
+    done = subprocess.Popen(["true"], start_new_session=True)
+    done.wait()
+    assert signal_group(done, 9) is False
+
+    busy = subprocess.Popen(["bash", "-c", "sleep 300 & sleep 300"], start_new_session=True)
+    assert end_session(busy) == -9
+    assert live_group_members(busy.pid) == []
+    assert signal_group(busy, 9) is False
+
+
+async def _take(stream, count):
+    async for line in stream:
+        yield line
+        count -= 1
+        if count == 0:
+            return

@@ -82,7 +82,7 @@ def test_the_deferred_wait_streams_and_checks_bounded_lines(long_line_job, capfd
     host, _, rundir, paths = long_line_job
     elapsed = jobs.parse_status(host.check(jobs.status_command(paths, "ALL_DONE"), 60, "status").stdout).elapsed_s
     trigger = DoneMarkerTrigger(  # a few checks, and the stream of the line, before its timeout
-        host_id="gpu_loopback", rundir=rundir, marker="ALL_DONE", timeout_s=(elapsed or 0) + 20, check_interval=3
+        host_id="gpu_loopback", rundir=rundir, marker="ALL_DONE", timeout_s=(elapsed or 0) + 45, check_interval=3
     )
 
     async def first() -> dict:

@@ -168,3 +168,21 @@ def test_the_progress_line_is_the_newest_line_that_is_not_a_librarys_noise(host)
     assert wait_for(lambda: status(host, paths).last_line == "===== single c=4 (n=16) =====")
     assert status(host, paths).alive
     host.check(jobs.kill_command(paths, grace_s=1), 30, "kill")
+
+
+def test_a_recycled_pid_is_never_taken_for_the_job(host):
+    """A job that exited long ago: its pid file's number now belongs to another job's group (pids recycle within
+    minutes where pid_max is 32,768). Its status says it is gone, and a kill of it signals nothing of the other."""
+    import subprocess
+
+    paths, _ = launch(host, "echo done early")
+    assert wait_for(lambda: not status(host, paths).alive)
+    other = subprocess.Popen(["sleep", "300"], start_new_session=True)  # a group leader that started later
+    try:
+        Path(paths.pid_file).write_text(str(other.pid))  # as if the number had come round to it
+        assert not status(host, paths).alive
+        host.check(jobs.kill_command(paths, grace_s=0.5), 30, "kill")
+        assert other.poll() is None and group_alive(other.pid)  # the other group lives on
+    finally:
+        other.kill()
+        other.wait()

@@ -332,7 +332,10 @@ def test_a_kernel_sweep_beside_a_cpu_hog_is_contended_and_the_same_sweep_shielde
     report = json.dumps({"hog": hogged, "alone": shielded}, indent=1)
     (tmp_path / "figures.json").write_text(report)
     limit = validity.Limits().max_wait_share
-    assert all(r["validity"] in ("noisy", "contended") for r in hogged), report
+    # each row is judged by what it measured: one that waited past the limit is contended, one that did not is not
+    # called so (how much of the CPUs the hog takes from one row to the next depends on what else the machine runs,
+    # so not every hogged row need have waited), and the hogged sweep as a whole waited and was found contended
+    assert all(("waited for a CPU" in r["reason"]) == (r["host_wait_share"] > limit) for r in hogged + shielded), report
     assert any(r["validity"] == "contended" for r in hogged), report
     assert statistics.fmean(r["host_wait_share"] for r in hogged) > limit, report
     assert all(r["host_wait_share"] < limit and "waited for a CPU" not in r["reason"] for r in shielded), report

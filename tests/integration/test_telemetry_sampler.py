@@ -81,20 +81,29 @@ def test_sampler_reads_the_gpus_from_the_first_moment_and_stops_cleanly_on_sigte
 
 
 def check_values(cfg: dict, samples: list[dict[str, str]], counter: bool) -> None:
-    """Every row is what the stand-in reported at that time; reasons and clocks follow the throttle window."""
+    """Every row is what the stand-in reported at some instant of its read: after the row's time stamp and before
+    the next row of the same GPU (a busy machine may pause the sampler between the two, so the value is judged
+    against the truth over that span, not at the stamp); reasons and clocks follow the throttle window."""
     throttle_from, throttle_to = cfg["start"] + THROTTLE["from_s"], cfg["start"] + THROTTLE["to_s"]
     seen = set()
+    stamps: dict[int, list[float]] = {}
+    for r in samples:
+        stamps.setdefault(int(r["index"]), []).append(float(r["t"]))
     for r in samples:
         t, i = float(r["t"]), int(r["index"])
-        truth = scenario.state(cfg, i, t)
-        assert float(r["power_w"]) == pytest.approx(truth["power_w"], abs=1.0)
-        assert r["uuid"] == scenario.uuid(i) and int(r["mem_used_mib"]) == truth["mem_used_mib"]
+        later = [u for u in stamps[i] if u > t]
+        span = (t - 0.05, min(later) if later else t + 1.0)
+        truths = [scenario.state(cfg, i, span[0] + (span[1] - span[0]) * k / 50) for k in range(51)]
+        powers = [truth["power_w"] for truth in truths]
+        assert min(powers) - 1.0 <= float(r["power_w"]) <= max(powers) + 1.0, (r, span)
+        assert r["uuid"] == scenario.uuid(i) and int(r["mem_used_mib"]) == truths[0]["mem_used_mib"]
         assert (r["energy_j"] != "") is counter
         if counter:
-            assert float(r["energy_j"]) == pytest.approx(scenario.energy_j(cfg, i, t), abs=5.0)
-        if abs(t - throttle_from) > 0.05 and abs(t - throttle_to) > 0.05:  # not at a boundary
-            assert int(r["clock_reasons"]) == truth["reasons"] and int(r["sm_mhz"]) == truth["sm_mhz"]
-            seen.add((i, truth["reasons"]))
+            low, high = (scenario.energy_j(cfg, i, u) for u in span)
+            assert low - 1.0 <= float(r["energy_j"]) <= high + 1.0, (r, span)
+        if not any(span[0] <= edge <= span[1] for edge in (throttle_from, throttle_to)):  # not at a boundary
+            assert int(r["clock_reasons"]) == truths[0]["reasons"] and int(r["sm_mhz"]) == truths[0]["sm_mhz"]
+            seen.add((i, truths[0]["reasons"]))
     assert seen == {(0, 0x1), (1, 0), (2, 0), (2, 0x8)}  # idle GPU; busy; throttled, then not
 
 

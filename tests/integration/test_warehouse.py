@@ -168,10 +168,12 @@ def test_a_duckdb_file_held_by_another_process_is_waited_for(tmp_path):
         [
             sys.executable,
             "-c",
+            # holds the file until told to let go (a line on its stdin): no fixed time a busy machine could outlast
             "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True);"
-            " time.sleep(2); c.close(); print('released', flush=True); time.sleep(30)",
+            " sys.stdin.readline(); time.sleep(1); c.close(); print('released', flush=True); time.sleep(30)",
             str(path),
         ],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -182,6 +184,8 @@ def test_a_duckdb_file_held_by_another_process_is_waited_for(tmp_path):
         impatient = Warehouse(DuckDBHook(path=path, lock_wait_s=0), str(path))
         with pytest.raises(duckdb.IOException, match="lock"):  # not waiting: the lock is really held
             impatient.load(record(run_id="r2"), KERNEL, ROWS)
+        holder.stdin.write("let go\n")
+        holder.stdin.flush()  # it lets go a second later: the load below starts while it still holds the file
         Warehouse.at(path).load(record(run_id="r2"), KERNEL, ROWS)  # waits for the holder
         assert holder.stdout.readline().strip() == "released"
         assert count(Warehouse.at(path), "kernel_results", "r2") == 2

@@ -28,7 +28,7 @@ from benchflow.warehouse.hooks import drop_postgres_database
 from benchtools.net import free_port
 from tests.conftest import FIXTURES, PROJECT_ROOT, live_group_members, wait_for
 
-pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]  # a whole stack's start, then campaign runs
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(1500)]  # bench run, two stacks' starts, campaign runs
 BENCH = Path(sys.executable).parent / "bench"
 SPEC = textwrap.dedent("""\
     description: bench up smoke campaign
@@ -211,10 +211,10 @@ def test_bench_up_shares_bench_runs_airflow_runs_a_campaign_and_shows_it(up):
     assert listening == {("127.0.0.1", port)}, listening  # the api-server alone, on loopback
 
     command = [str(BENCH), "up", "--port", str(port)]
-    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, cwd=PROJECT_ROOT)
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT)
     assert again.returncode == 0 and "already up" in again.stdout  # idempotent
     other = subprocess.run(
-        [str(BENCH), "up", "--port", str(free_port())], env=env, capture_output=True, text=True, timeout=60
+        [str(BENCH), "up", "--port", str(free_port())], env=env, capture_output=True, text=True, timeout=300
     )
     assert other.returncode == 1 and f"already up on port {port}" in other.stderr and "not applied" in other.stderr
 
@@ -226,10 +226,10 @@ def test_bench_up_shares_bench_runs_airflow_runs_a_campaign_and_shows_it(up):
     assert run_by_bench_run[1] in {r["dag_run_id"] for r in listed}  # bench run's run, in bench up's Airflow
     page = requests.get(f"{api}/dags/bench_up_smoke/dagRuns/{run_by_bench_run[1]}", headers=headers, timeout=30)
     assert page.status_code == 200 and page.json()["state"] == "success"
-    wait_for(lambda: dag_parsed(api, headers, "bench_report"), 120, "the report DAG")
+    wait_for(lambda: dag_parsed(api, headers, "bench_report"), 300, "the report DAG")
     report = requests.get(f"{api}/dags/bench_report", headers=headers, timeout=30)
     assert report.json()["is_paused"] is False  # it draws the plots of every load
-    wait_for(lambda: dag_parsed(api, headers, "bench_up_smoke"), 120, "the campaign's DAG")
+    wait_for(lambda: dag_parsed(api, headers, "bench_up_smoke"), 300, "the campaign's DAG")
     pools = requests.get(f"{api}/pools", headers=headers, timeout=30).json()["pools"]
     assert "bench_host_local" in {p["name"] for p in pools}
     requests.patch(f"{api}/dags/bench_up_smoke", json={"is_paused": False}, headers=headers, timeout=30)
@@ -244,7 +244,7 @@ def test_bench_up_shares_bench_runs_airflow_runs_a_campaign_and_shows_it(up):
         states.append(reply.json()["state"])
         return states[-1] in ("success", "failed")
 
-    wait_for(finished, 180, "the campaign's run")
+    wait_for(finished, 600, "the campaign's run")
     assert states[-1] == "success"
     # the reports of the loads (bench run's, before the stack was up, and this one) never fail for a late api-server
     reports = requests.get(f"{api}/dags/bench_report/dagRuns", headers=headers, timeout=30).json()["dag_runs"]
@@ -295,7 +295,7 @@ def test_bench_down_during_a_deferred_wait_stops_the_benchmark_and_restores_the_
     state = json.loads((var / "local-airflow" / "stack.json").read_text())
     headers = up.headers()
     api = f"{up.url}/api/v2"
-    wait_for(lambda: dag_parsed(api, headers, "bench_down_hang"), 120, "the campaign's DAG")
+    wait_for(lambda: dag_parsed(api, headers, "bench_down_hang"), 300, "the campaign's DAG")
     requests.patch(f"{api}/dags/bench_down_hang", json={"is_paused": False}, headers=headers, timeout=30)
     run = requests.post(
         f"{api}/dags/bench_down_hang/dagRuns", json={"logical_date": None, "conf": {}}, headers=headers, timeout=30
@@ -303,7 +303,7 @@ def test_bench_down_during_a_deferred_wait_stops_the_benchmark_and_restores_the_
     run_id = run["dag_run_id"]
     wait = f"{api}/dags/bench_down_hang/dagRuns/{run_id}/taskInstances/wait_done"
     deferred = lambda: requests.get(wait, headers=headers, timeout=30).json().get("state") == "deferred"  # noqa: E731
-    wait_for(deferred, 240, "the wait to be deferred")
+    wait_for(deferred, 480, "the wait to be deferred")
     from benchflow.remote import layout
 
     host = var / "hosts" / "local"

@@ -24,10 +24,10 @@ from tests.stack.conftest import CASE, COMMITS, METRIC, REPEATS, SLOW_FROM
 
 NIGHTLY = (4, 7)  # commits that nightly runs measured: the bisection reuses them
 
-pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]  # a whole stack's start, then campaign runs
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(1800)]  # two nightly runs (600 s at most), then the bisection
 
 
-def bisect(stack: AirflowStack, conf: dict, timeout: float = 1500) -> tuple[str, str]:
+def bisect(stack: AirflowStack, conf: dict, timeout: float = 1100) -> tuple[str, str]:
     reply = stack.trigger("bench_bisect", conf)
     assert reply.status_code == 200, reply.text
     run_id = reply.json()["dag_run_id"]

@@ -11,7 +11,7 @@ import pytest
 
 from benchflow.warehouse import Warehouse, queries
 
-pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]  # the search (500 s at most), then its checks
 
 
 def when(text: str) -> datetime:

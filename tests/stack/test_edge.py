@@ -13,7 +13,7 @@ import pytest
 
 from benchflow.remote import layout
 from benchflow.warehouse import Warehouse
-from tests.conftest import wait_for
+from tests.conftest import live_group_members, wait_for
 from tests.stack.conftest import EDGE_QUEUE
 from tests.stack.test_stack import lease_interval
 
@@ -31,14 +31,6 @@ def bench_job(edge_var: Path, dag_id: str, run_id: str) -> tuple[Path, Path]:
     workdir = str(edge_var / "hosts" / f"edge-{EDGE_QUEUE}")
     paths = layout.job_paths(layout.run_dir(workdir, dag_id, run_id))
     return Path(paths.pid_file), Path(paths.log_file)
-
-
-def alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def started(stack, edge_var: Path, dag_id: str, conf: dict) -> tuple[tuple[str, str], int]:
@@ -75,7 +67,7 @@ def test_campaigns_on_an_edge_host_run_there_one_at_a_time_and_a_killed_benchmar
         assert tis["parse"]["queue"] != EDGE_QUEUE, tis["parse"]
     first, second = sorted([lease_interval(stack, *moe), lease_interval(stack, *fault)])
     assert first[1] <= second[0], f"two campaigns held the Edge host at once: {first} {second}"
-    assert not alive(pgid)
+    assert live_group_members(pgid) == []
 
     warehouse = Warehouse.at(stack.var / "warehouse.duckdb")
     loaded = warehouse.query("SELECT status, rows_loaded, host FROM runs WHERE run_id = ?", [moe[1]])
@@ -99,4 +91,4 @@ def test_a_killed_edge_worker_leaves_nothing_running_on_its_host_once_it_is_back
         "stop_benchmark": "success",
         "release_host": "success",
     }, stack.failures([run])
-    assert not alive(pgid)
+    assert live_group_members(pgid) == []

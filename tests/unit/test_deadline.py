@@ -42,12 +42,12 @@ def test_the_budget_interrupts_work_that_swallows_exceptions():
 
 
 def test_an_outer_timer_keeps_its_deadline_after_the_budget():
-    outer(0.5)
+    outer(2.0)  # 40 budgets away: a busy machine may pause this process a while, the order stays the same
     try:
         with pytest.raises(OverBudget), time_budget(0.05):
             spin()
         left, _ = signal.getitimer(signal.ITIMER_REAL)
-        assert 0 < left < 0.5  # re-armed for what it had left
+        assert 0 < left < 2.0  # re-armed for what it had left
         with pytest.raises(OuterTimeout):
             spin()
     finally:

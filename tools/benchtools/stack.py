@@ -23,7 +23,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -33,6 +32,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import psutil
+
+from benchflow.hosts.local import end_session
 from benchflow.paths import PROJECT_ROOT
 from benchtools.airflow_env import IGNORE_FILE_SYNTAX, PROCESS_CONTEXT
 from benchtools.net import free_port
@@ -236,37 +238,40 @@ def alive(pid: int) -> bool:
         return True
 
 
-def group_alive(pgid: int) -> bool:
-    """Any live (non-zombie) process in the process group (the scheduler's task processes included)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+def created(pid: int) -> float | None:
+    """When process ``pid`` started (psutil's reading of /proc: the same process reads the same each time)."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
 
 
-def stop_groups(pgids: Iterable[int], grace_s: float = 30.0) -> None:
-    """TERM every process group, then KILL what is left of them after ``grace_s``."""
-    pgids = list(pgids)
+def stop_groups(pgids: Iterable[int], grace_s: float = 30.0, started: Mapping[int, float] | None = None) -> None:
+    """TERM every process of these process groups, then KILL what is left of them after ``grace_s``.
+
+    A group is taken only while its leader is still the process that was started: alive, leading its group, and,
+    where ``started`` records it (pid → :func:`created`), started at that time. A leader that is gone leaves a
+    number that another job's group may have by now. The members are then signalled one by one through psutil,
+    which checks each is still the process it found, so nothing recycled in the grace is signalled either."""
+    ours = set()
     for pgid in pgids:
-        try:
-            os.killpg(pgid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(group_alive(pgid) for pgid in pgids):
-        time.sleep(0.2)
-    for pgid in pgids:
-        if group_alive(pgid):
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        with contextlib.suppress(psutil.Error, OSError):
+            when = psutil.Process(pgid).create_time()
+            if os.getpgid(pgid) == pgid and (not started or started.get(pgid) in (None, when)):
+                ours.add(pgid)
+    members = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(proc.pid) in ours:
+                members.append(proc)
+    for proc in members:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, left = psutil.wait_procs(members, timeout=grace_s)
+    for proc in left:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(left, timeout=10)
 
 
 class AirflowStack:
@@ -374,10 +379,7 @@ class AirflowStack:
 
     def kill_edge_worker(self) -> None:
         """The Edge worker's process group killed at once (SIGKILL), as a host that lost power or its network."""
-        proc = self.procs.pop(EDGE_WORKER)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        end_session(self.procs.pop(EDGE_WORKER), timeout=10)
 
     def check_alive(self) -> None:
         if dead := self._dead():
@@ -388,7 +390,7 @@ class AirflowStack:
         return path.read_text(errors="replace")[-chars:] if path.exists() else "(no log)"
 
     def stop(self) -> None:
-        stop_groups([proc.pid for proc in self.procs.values()], grace_s=30)
+        stop_groups([proc.pid for proc in self.procs.values() if proc.returncode is None], grace_s=30)
         for proc in self.procs.values():
             proc.wait(10)
         self.procs.clear()

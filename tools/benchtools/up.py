@@ -204,11 +204,14 @@ def _up(paths: Paths, port: int | None, db: str | None, timeout: float | None, o
     _set_up(env, paths.logs / "bench-up.log", out)
     url = f"http://127.0.0.1:{port}"
     pids: dict[str, int] = {}
+    created: dict[int, float | None] = {}  # pid → start time: bench down signals a pid only while it is that process
     state = {"url": url, "port": port, "db": db_uri, "db_why": why, "pids": pids, "started": time.time()}
+    state["created"] = created
     dead = lambda: [c for c, pid in pids.items() if not stack.alive(pid)]  # noqa: E731
     print(f"starting {', '.join(COMPONENTS)} ...", file=out, flush=True)
     for component in COMPONENTS:
         pids[component] = stack.start_component(component, port, env, paths.logs).pid
+        created[pids[component]] = stack.created(pids[component])
         write_private(paths.home / f"{component}.pid", f"{pids[component]}\n")
         write_private(paths.state, json.dumps(state, indent=2))  # written as each starts: bench down finds it
         if component == "api-server":
@@ -305,7 +308,8 @@ def _down(paths: Paths, grace_s: float, out: Any) -> list[str]:
     if not pids:
         print("not running (no var/local-airflow/stack.json)", file=out)
         return []
-    stack.stop_groups(pids.values(), grace_s)
+    started = {int(pid): float(when) for pid, when in (state.get("created") or {}).items() if when is not None}
+    stack.stop_groups(pids.values(), grace_s, started)
     for component in pids:
         (paths.home / f"{component}.pid").unlink(missing_ok=True)
     print(f"stopped {', '.join(f'{c} ({pid})' for c, pid in pids.items())}", file=out)

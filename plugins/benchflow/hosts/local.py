@@ -8,13 +8,16 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from benchflow.hosts.base import AsyncSession, CommandResult, Host, HostError
 from benchflow.paths import host_python, var_dir
 
-DRAIN_TIMEOUT_S = 10.0
+STREAM_LIMIT = 1 << 16  # bytes of one line the stream reader holds (the host cuts lines shorter)
+REAP_TIMEOUT_S = 30.0  # what a killed process group's leader gets to be reaped
 
 
 class LocalHost(Host):
@@ -79,31 +82,59 @@ class LocalSession(AsyncSession):
         return proc.returncode or 0, out.decode(errors="replace")
 
     async def lines(self, command: str) -> AsyncIterator[str]:
-        # Its own session, so that killing it ends every process holding the pipe.
-        proc = await asyncio.create_subprocess_exec(
-            "bash",
-            "-c",
-            command,
+        # Its own session, so that killing its group ends every process holding the pipe. A plain Popen, not
+        # asyncio's: asyncio's child watcher reaps the process the moment it exits, after which its group id may
+        # be another's, and no group may be signalled then (see signal_group).
+        proc = subprocess.Popen(
+            ["bash", "-c", command],
             cwd=self.workdir,
             start_new_session=True,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
         )
         assert proc.stdout is not None
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=STREAM_LIMIT)
+        transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), proc.stdout)
         try:
-            async for raw in proc.stdout:
+            async for raw in reader:
                 yield raw.decode(errors="replace").rstrip("\n")
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            # Drain what the reader left in the pipe: the process is not reaped (and wait() never returns)
-            # while unread output holds its pipe open, e.g. megabytes of log after an early marker.
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(_drain(proc.stdout), DRAIN_TIMEOUT_S)
-            await proc.wait()
+            signal_group(proc, signal.SIGKILL)
+            transport.close()  # unread output no longer matters: the killed processes are reaped whatever it holds
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                await asyncio.to_thread(proc.wait, REAP_TIMEOUT_S)
 
 
-async def _drain(stream: asyncio.StreamReader) -> None:
-    while await stream.read(1 << 16):
-        pass
+def signal_group(proc: subprocess.Popen[Any], sig: int) -> bool:
+    """Send ``sig`` to the process group that ``proc`` leads (started with ``start_new_session``), only while
+    ``proc`` is unreaped: a process that is alive or a zombie holds its pid, so its group id cannot be reused; once
+    reaped, the same number may already be another job's group (pids recycle within minutes where ``pid_max`` is
+    32,768). ``proc.returncode`` is set only by this process's own ``wait``/``poll``, so None means unreaped.
+    Returns whether a signal was sent."""
+    if proc.returncode is not None:
+        return False
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:  # the group is gone and the leader was reaped elsewhere: nothing of it to signal
+        return False
+    return True
+
+
+def end_session(proc: subprocess.Popen[Any], timeout: float = REAP_TIMEOUT_S) -> int | None:
+    """KILL the group ``proc`` leads, wait for its leader to die without reaping it (so the group id stays its
+    own), KILL what was forked in the meantime, then reap. Returns the exit code (None if it would not die)."""
+    if not signal_group(proc, signal.SIGKILL):
+        return proc.returncode
+    deadline = time.monotonic() + timeout
+    with contextlib.suppress(ChildProcessError):
+        while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.05)
+    signal_group(proc, signal.SIGKILL)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return None

@@ -4,7 +4,9 @@ of what they print.
 The detached launch, the pid and the atomic exit-code file come from the SSH provider's
 ``utils/remote_job.py``; what it lacks for benchmarks is here: the done-marker check with pid
 liveness and the newest progress line in one round trip, a log tail, and a kill that escalates from
-TERM to KILL on the whole process group.
+TERM to KILL on the whole process group. Every group check and signal first asks whether the pid file's number is
+still the job's (:func:`ours`): the leader's start time is written at launch, and a leader of that number that
+started at another time is another process, whose group is never signalled.
 """
 
 from __future__ import annotations
@@ -13,13 +15,9 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from airflow.providers.ssh.utils.remote_job import (
-    RemoteJobPaths,
-    build_posix_kill_command,
-    build_posix_wrapper_command,
-)
+from airflow.providers.ssh.utils.remote_job import RemoteJobPaths, build_posix_wrapper_command
 
-from benchflow.remote.layout import owner_file, started_file
+from benchflow.remote.layout import leader_file, owner_file, started_file
 
 LOG_TAIL_LINES = 20  # lines of a job's log shown when it failed (task errors, bench run)
 READ_BYTES = 65536  # what one status check or log tail reads of a job's log on the host, from its end
@@ -32,9 +30,12 @@ def launch_command(
 ) -> str:
     """Start ``command`` detached in ``cwd``; print the job's pid once its pid file exists. ``run_id`` (the exact
     Airflow run id) is written into the job's folder first, so that a later launch can tell whose job it finds."""
+    # The job's leader (the wrapper's shell, $$) first records its own start time, while it is certainly alive:
+    # what tells its pid file's number from a later process of the same number (:func:`ours`).
+    leader = f"{{ {start_of('$$')}; }} > {shlex.quote(leader_file(paths))} 2>/dev/null || true; "
     # A subshell, so that the wrapper's log redirection covers all of a compound command and an
     # ``exit`` in it ends the command, not the wrapper (which must still write the exit code).
-    wrapped = build_posix_wrapper_command(f"( cd {shlex.quote(cwd)} && {command} )", paths, dict(env or {}))
+    wrapped = build_posix_wrapper_command(f"{leader}( cd {shlex.quote(cwd)} && {command} )", paths, dict(env or {}))
     pid = shlex.quote(paths.pid_file)
     # The launch time lives on the host, so a wait that resumes anywhere measures from the same instant.
     started = f"mkdir -p {shlex.quote(paths.job_dir)} && date +%s > {shlex.quote(started_file(paths))}\n"
@@ -69,7 +70,7 @@ def status_command(paths: RemoteJobPaths, marker: str) -> str:
         f"log={q(paths.log_file)}; ec={q(paths.exit_code_file)}; pidf={q(paths.pid_file)}; "
         f"st={q(started_file(paths))}\n"
         'p=$(cat "$pidf" 2>/dev/null || true); alive=0\n'
-        f"if {group_alive('$p')}; then alive=1; fi\n"
+        f"if {group_alive('$p', paths)}; then alive=1; fi\n"
         'code=$(cat "$ec" 2>/dev/null || true)\n'
         f'if grep -qxF -- {q(marker)} "$log" 2>/dev/null; then marker=1; else marker=0; fi\n'
         's=$(cat "$st" 2>/dev/null || true); elapsed=; [ -n "$s" ] && elapsed=$(( $(date +%s) - s ))\n'
@@ -87,14 +88,29 @@ NOISE = (
 )
 
 
-def group_alive(pgid: str) -> str:
-    """Shell test: does process group ``pgid`` hold a process that is not a zombie?
+def start_of(pid: str) -> str:
+    """Shell: the start time of process ``pid`` (clock ticks since boot; the 22nd field of /proc/PID/stat, counted
+    after the command name, which may hold spaces); empty where there is no such process or no /proc."""
+    return f"sed 's/.*) //' \"/proc/{pid}/stat\" 2>/dev/null | cut -d' ' -f20"
+
+
+def ours(paths: RemoteJobPaths) -> str:
+    """Shell test: is process group ``$p`` still the job's? Yes while a process numbered ``$p`` started when the
+    job's leader did, or while none does (the leader exited: its number stays the group's while any member of it
+    lives, so a live group of that number is the job's orphans), or where no start time was recorded (no /proc).
+    No: a process of that number started at another time leads another group, the number recycled."""
+    recorded = f'"$(cat {shlex.quote(leader_file(paths))} 2>/dev/null)"'
+    return f'{{ l={recorded}; [ -z "$l" ] || [ ! -r "/proc/$p/stat" ] || [ "$({start_of("$p")})" = "$l" ]; }}'
+
+
+def group_alive(pgid: str, paths: RemoteJobPaths) -> str:
+    """Shell test: does process group ``pgid`` (the job's, :func:`ours`) hold a process that is not a zombie?
 
     ``kill -0`` counts zombies as alive, and a killed job's processes can stay zombies for a while
     when their (re)parent is slow to reap them.
     """
     return (
-        f'[ "{pgid}" -gt 1 ] 2>/dev/null && ps -e -o pgid= -o stat= 2>/dev/null'
+        f'[ "{pgid}" -gt 1 ] 2>/dev/null && {ours(paths)} && ps -e -o pgid= -o stat= 2>/dev/null'
         f" | awk -v p=\"{pgid}\" '$1 == p && $2 !~ /^Z/ {{found = 1}} END {{exit !found}}'"
     )
 
@@ -164,19 +180,21 @@ def wait_exit_command(paths: RemoteJobPaths, seconds: float) -> str:
     steps = max(1, int(seconds / 0.2))
     return (
         f'p="$(cat {pidf} 2>/dev/null || true)"\n'
-        f"for _ in $(seq {steps}); do {group_alive('$p')} || break; sleep 0.2; done\ntrue\n"
+        f"for _ in $(seq {steps}); do {group_alive('$p', paths)} || break; sleep 0.2; done\ntrue\n"
     )
 
 
 def kill_command(paths: RemoteJobPaths, grace_s: float = 5.0) -> str:
-    """TERM the job's process group (provider's command), then KILL whatever is left after a grace."""
+    """TERM the job's process group (the provider's kill, its single-pid fallback included, for a host without
+    ``setsid``), then KILL whatever is left after a grace; each only while the group is still the job's."""
     pidf = shlex.quote(paths.pid_file)
     steps = max(1, int(grace_s / 0.1))
     return (
-        build_posix_kill_command(paths.pid_file) + f'\np="$(cat {pidf} 2>/dev/null || true)"\n'
-        'if [ "$p" -gt 1 ] 2>/dev/null; then\n'
-        f"  for _ in $(seq {steps}); do {group_alive('$p')} || break; sleep 0.1; done\n"
-        '  kill -KILL -- "-$p" 2>/dev/null || true\n'
+        f'p="$(cat {pidf} 2>/dev/null || true)"\n'
+        f'if [ "$p" -gt 1 ] 2>/dev/null && {ours(paths)}; then\n'
+        '  kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true\n'
+        f"  for _ in $(seq {steps}); do {group_alive('$p', paths)} || break; sleep 0.1; done\n"
+        f'  if {group_alive("$p", paths)}; then kill -KILL -- "-$p" 2>/dev/null || true; fi\n'
         "fi\ntrue\n"
     )
 

@@ -44,6 +44,12 @@ def started_file(paths: RemoteJobPaths) -> str:
     return f"{paths.job_dir}/started_at"
 
 
+def leader_file(paths: RemoteJobPaths) -> str:
+    """The start time of the job's leader (``/proc/PID/stat``'s 22nd field), written at launch: a pid file's number
+    is the job's only while the process of that number started then (pids recycle)."""
+    return f"{paths.job_dir}/leader_start"
+
+
 def owner_file(paths: RemoteJobPaths) -> str:
     """The exact run id of the run that launched a job (written at launch, read before re-attaching)."""
     return f"{paths.job_dir}/run_id"

@@ -12,7 +12,6 @@ through Airflow's models, so nothing is left running on the host and its service
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from benchflow.hosts.local import end_session
 from benchtools.runner import metadata
 from benchtools.runner.outcome import report
 from benchtools.runner.watch import STARTED, Watch, clock, echo, log_path
@@ -97,7 +97,7 @@ def _follow(child: subprocess.Popen[bytes], watch: Watch, stop: list[int], verbo
 
 
 def _interrupted(spec: CampaignSpec, run_id: str, child: subprocess.Popen[bytes], signum: int, watch: Watch) -> int:
-    """Stop the child (its whole session), undo what the run's started setups did on the host, fail the run."""
+    """Stop the child (its whole process group), undo what the run's started setups did on the host, fail the run."""
     from benchflow import cleanup
     from benchflow.factory import build_dag
 
@@ -127,22 +127,12 @@ def _states(dag_id: str, run_id: str, watch: Watch, tries: int = 5) -> dict[str,
     return seen
 
 
-def _end_group(child: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
-    """TERM the child's process group, KILL it after ``grace_s``, then whatever is left of its session."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(child.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            child.wait(grace_s)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    try:  # whatever else is left in its session (a launch's shell)
-        os.killpg(child.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+def _end_group(child: subprocess.Popen[bytes]) -> None:
+    """End the child's whole process group at once (SIGKILL), never after it was reaped (its group id may then be
+    another's). Not TERM: the child's ``dag.test()`` answers TERM with the running task's ``on_kill`` and goes on to
+    run the DAG's teardowns, racing this process's own clean-up (a teardown done twice, or done by the child and so
+    skipped here); KILL leaves the clean-up to one actor, :func:`_interrupted`."""
+    end_session(child)
 
 
 __all__ = ["Watch", "run"]
