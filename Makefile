@@ -1,7 +1,9 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   runs the demo campaign through Airflow against this machine (results in DuckDB)
-#   make test   runs ruff, mypy and the whole test suite (unit, integration, e2e, stack) in parallel processes
-#   make check  the edit loop: ruff, mypy, the unit and integration tiers
+#   make test   runs ruff, mypy, the docs site's strict build and the whole test suite (unit, integration, e2e, stack)
+#               in parallel processes
+#   make check  the edit loop: ruff, mypy, the docs site's strict build, the unit and integration tiers
+#   make docs   the documentation site (docs/, mkdocs.yml) alone, into var/site/
 #   make flaky TESTS=... N=5   chosen tests N times beside a CPU hog, and how many runs passed
 #   make up     starts Airflow for this project here (UI, Benchmarks view); make down stops it
 # They create .venv (Airflow's environment) and .venv-host (the serving host's: torch, triton, the real
@@ -21,7 +23,7 @@ HOST_VENV  := .venv-host
 HOST_PY    := $(HOST_VENV)/bin/python
 HOST_STAMP := $(HOST_VENV)/.installed
 
-.PHONY: demo test check flaky lint venv host-venv constraints clean compose-env up down
+.PHONY: demo test check flaky lint docs venv host-venv constraints clean compose-env up down
 
 # pip prints each package as it collects and installs it: the progress of a first set-up that takes minutes.
 $(STAMP): requirements.txt requirements-dev.txt requirements-nodeps.txt constraints.txt pyproject.toml
@@ -69,10 +71,18 @@ up: $(STAMP) $(HOST_STAMP)
 down:
 	$(VENV)/bin/bench down
 
+# The documentation site, warnings as errors (mkdocs.yml: strict, every link and anchor checked), into var/site/
+# (git-ignored). NO_MKDOCS_2_WARNING: mkdocs-material's banner about its end of life, on every build.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir var/site
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(MKDOCS)
+
+docs: $(STAMP)
+	$(MKDOCS)
 
 $(SYSTEM_DEPS):
 	$(SUDO) apt-get update -qq
@@ -94,7 +104,7 @@ test: $(STAMP) $(SYSTEM_DEPS) $(HOST_STAMP)
 	echo "make test: $$(( $$(date +%s) - start )) s in all (lint, types and the whole suite), exit $$status"; \
 	exit $$status
 
-# The edit loop: lint, types, the unit and integration tiers (no DAG run, no Airflow stack).
+# The edit loop: lint, types, the docs site, the unit and integration tiers (no DAG run, no Airflow stack).
 check: $(STAMP) $(SYSTEM_DEPS) $(HOST_STAMP)
 	@start=$$(date +%s); status=0; \
 	$(MAKE) --no-print-directory lint && \

@@ -3,20 +3,22 @@
 endpoint (:mod:`benchflow.ui.guard`: NaN and Infinity refused in a run's conf, error answers cut short). Imports
 only FastAPI here; pandas and the warehouse are imported by the handlers. It also registers
 :mod:`benchflow.pool_listener`, which creates a run's missing host pool when the scheduler starts the run, and
-:mod:`benchflow.bisect_listener`, which unpauses the campaign a starting bisection probes."""
+:mod:`benchflow.searches.listener`, which unpauses the campaign a starting search probes and ends its probe
+runs when the search fails."""
 
 from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from benchflow import bisect_listener, pool_listener
+from benchflow import pool_listener
+from benchflow.searches import listener as search_listener
 from benchflow.ui import app
 from benchflow.ui.guard import TriggerGuard
 
 
 class BenchflowUIPlugin(AirflowPlugin):
     name = "benchflow_ui"
-    listeners = [pool_listener, bisect_listener]  # noqa: RUF012
+    listeners = [pool_listener, search_listener]  # noqa: RUF012
     fastapi_apps = [{"app": app, "url_prefix": "/benchmarks", "name": "Benchmarks"}]  # noqa: RUF012
     fastapi_root_middlewares = [{"middleware": TriggerGuard, "name": "benchflow trigger guard"}]  # noqa: RUF012
     external_views = [  # noqa: RUF012

@@ -9,7 +9,8 @@ the trigger form), ``kinds`` (each result kind declared as data: formats, column
 ``operators``/``triggers`` (behaviour), ``factory`` (spec to DAG), ``pipeline`` and ``artifacts`` (the steps after
 the host work, the run's files), ``records`` (what a run produced), ``expectations`` (GX), ``warehouse`` (every
 SQL statement: schema, loads, named queries), ``analysis`` and ``stats`` (regressions, comparisons, plots),
-``bisect_steps`` (the bisect DAG's steps), ``ui`` (the Benchmarks view).
+``searches`` (one engine for every search over campaign runs: bisection, config search), ``ui`` (the Benchmarks
+view).
 Heavy libraries (pandas, GX, duckdb, torch) are imported inside functions, never at module level, so that
 parsing the DAG folder stays cheap.
 """

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SpecLimits:
-    """How big one spec may be, all in one place (the README lists them). Generous: the largest spec shipped is
+    """How big one spec may be, all in one place (docs/campaigns.md lists them). Generous: the largest spec shipped is
     under 4 KB with three configs. Past them a spec is refused by file and line, before its DAG is built, so no
     spec can hold up the DAG file's import (Airflow's 30 s ``dagbag_import_timeout``) for every other campaign."""
 

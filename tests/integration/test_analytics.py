@@ -614,7 +614,7 @@ def test_a_regression_on_a_git_campaign_plans_one_bisection_and_a_second_detecti
     plans one bisection of that commit range (the largest change's case, the spec's budget, a conf the bisect DAG
     accepts) and links every finding to it; night 11, still slow, names the same range (the first slow night's
     commit and the one before), starts none, and its findings link to the same run."""
-    from benchflow import bisect_steps
+    from benchflow.searches import bisect_campaign
     from benchflow.analysis import auto_bisect
     from benchflow.spec import load_spec
 
@@ -645,7 +645,7 @@ def test_a_regression_on_a_git_campaign_plans_one_bisection_and_a_second_detecti
     assert (conf["good"], conf["bad"]) == (commits[9], commits[10]), conf
     assert (conf["max_probes"], conf["max_hours"], conf["campaign"]) == (12, 3, "toy_git")
     assert conf["metric"] in ("tok_per_s", "us_per_token") and conf["case"] in ("m=1", "m=16")
-    assert bisect_steps.checked_conf(conf)["good"] == commits[9]  # the bisect DAG takes it as it is
+    assert bisect_campaign.checked_conf(conf)["good"] == commits[9]  # the bisect DAG takes it as it is
     assert bisection["trigger_run_id"] == auto_bisect.bisect_run_id("toy_git", commits[9], commits[10])
     assert second == []  # the same commit range: no second bisection
     from benchflow.warehouse import queries

@@ -10,7 +10,7 @@ import shlex
 
 import pytest
 
-from benchflow.analysis.bisect_search import Bisection
+from benchflow.searches.bisection import Bisection
 from benchflow.hosts.local import LocalHost
 from benchflow.kinds.kernel import table
 from benchflow.payloads import commits_between, materialised, resolve

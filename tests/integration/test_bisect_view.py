@@ -12,8 +12,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from fastapi.testclient import TestClient
 
-from benchflow import bisect_steps as steps
-from benchflow.analysis.bisect_search import Bisection
+from benchflow.searches import engine
+from benchflow.searches.bisection import Bisection
+from benchflow.searches.engine import Search
 from benchflow.kinds.kernel import KIND as KERNEL
 from benchflow.spec import RegressionLimits
 from benchflow.ui import app
@@ -42,7 +43,22 @@ def filled(tmp_path, monkeypatch, auth):  # noqa: F811
     return warehouse, tonight, TestClient(app, headers=auth("viewer", "viewer"))
 
 
-def finished_bisection() -> Bisection:
+FACTS = {"case": "m=16", "metric": "us_per_token", "good_sha": OLD, "bad_sha": NEW}
+
+
+def as_search(bisection: Bisection, runs: dict[str, list[str]]) -> Search:
+    """The bisection as the search engine hands it from step to step."""
+    return Search(
+        strategy="bisect", campaign="toy", campaign_dag_id="bench_toy", hosts=["local"], conf={},
+        state=bisection.to_json(), facts=dict(FACTS), runs=runs,
+    )  # fmt: skip
+
+
+def probe_run(search_run_id: str, round_number: int, sha: str) -> str:
+    return engine.run_id_for("bisect", search_run_id, round_number, sha[:12])
+
+
+def finished_bisection() -> Search:
     """A bisection of the 16 commits, commit 11 20 % slower, commits 8 and 13 reused from nightly runs."""
     rng = random.Random(1)
 
@@ -50,26 +66,18 @@ def finished_bisection() -> Bisection:
         level = 100.0 * (1.2 if int(sha, 16) >= 11 else 1.0)
         return [level * rng.lognormvariate(0, 0.03) for _ in range(5)]
 
-    meta = {
-        "campaign": "toy",
-        "campaign_dag_id": "bench_toy",
-        "case": "m=16",
-        "metric": "us_per_token",
-        "good_sha": OLD,
-        "bad_sha": NEW,
-        "runs": {},
-    }
-    bisection = Bisection(good=OLD, commits=SHAS[1:], better="lower", repeats=5, meta=meta)
+    runs: dict[str, list[str]] = {}
+    bisection = Bisection(good=OLD, commits=SHAS[1:], better="lower", repeats=5)
     for n in (8, 13):
         bisection.seed(SHAS[n - 1], measure(SHAS[n - 1]), f"scheduled__night-{n}")
-        meta["runs"][SHAS[n - 1]] = [f"scheduled__night-{n}"]
+        runs[SHAS[n - 1]] = [f"scheduled__night-{n}"]
     round_number = 0
     while picks := bisection.next_round(now=0.0):
         for sha in picks:
-            meta["runs"].setdefault(sha, []).append(steps.run_id_for("manual__bisect", round_number, sha))
+            runs.setdefault(sha, []).append(probe_run("manual__bisect", round_number, sha))
             bisection.record(sha, measure(sha))
         round_number += 1
-    return bisection
+    return as_search(bisection, runs)
 
 
 def test_a_finding_offers_bisect_with_its_conf(filled):
@@ -89,7 +97,7 @@ def test_a_finding_offers_bisect_with_its_conf(filled):
 def test_a_bisection_is_stored_and_its_probe_chain_shown(filled):
     warehouse, _, http = filled
     bisection = finished_bisection()
-    result = steps.save(bisection, warehouse, "bench_bisect", "manual__bisect")
+    result = engine.save(bisection, warehouse, "bench_bisect", "manual__bisect")
     assert result["status"] == "found" and int(result["first_bad"], 16) == 11 and result["reused"] == 2
 
     row = queries.bisection(warehouse, "bench_bisect", "manual__bisect").iloc[0]
@@ -110,7 +118,7 @@ def test_a_bisection_is_stored_and_its_probe_chain_shown(filled):
     assert "../bisection/bench_bisect/manual__bisect" in http.get("/campaign/toy").text
     assert http.get("/bisection/bench_bisect/nope").status_code == 404
 
-    saved_again = steps.save(bisection, warehouse, "bench_bisect", "manual__bisect")  # replaced, never doubled
+    saved_again = engine.save(bisection, warehouse, "bench_bisect", "manual__bisect")  # replaced, never doubled
     assert saved_again == result and len(queries.bisection_probes(warehouse, "bench_bisect", "manual__bisect")) == len(
         chain
     )
@@ -120,25 +128,24 @@ def test_a_bisection_is_on_its_page_from_its_start_with_the_probe_runs_under_way
     """Saved at the start and at each planned round (the bisect DAG's start and plan tasks): before any probe has a
     value the page shows the bisection running and each probe run of the round, linked to its state in Airflow."""
     warehouse, _, http = filled
-    meta = {"campaign": "toy", "campaign_dag_id": "bench_toy", "case": "m=16", "metric": "us_per_token"}
-    bisection = Bisection(good=OLD, commits=SHAS[1:], better="lower", repeats=5, meta=meta | {"runs": {}})
-    bisection.meta |= {"good_sha": OLD, "bad_sha": NEW}
-    steps.save(bisection, warehouse, "bench_bisect", "manual__fresh")
+    bisection = Bisection(good=OLD, commits=SHAS[1:], better="lower", repeats=5)
+    runs: dict[str, list[str]] = {}
+    engine.save(as_search(bisection, runs), warehouse, "bench_bisect", "manual__fresh")
     assert "manual__fresh" in http.get("/bisections").text  # listed from its first second
     picks = bisection.next_round(now=0.0)
     for sha in picks:
-        bisection.meta["runs"][sha] = [steps.run_id_for("manual__fresh", 1, sha)]
-    result = steps.save(bisection, warehouse, "bench_bisect", "manual__fresh")
+        runs[sha] = [probe_run("manual__fresh", 1, sha)]
+    result = engine.save(as_search(bisection, runs), warehouse, "bench_bisect", "manual__fresh")
     assert result["summary"] == f"running: confirming good and bad, {len(picks)} probe run(s) under way"
     page = http.get("/bisection/bench_bisect/manual__fresh").text
     assert "Probe runs under way" in page and "confirming good and bad" in page
     for sha in picks:
-        assert f"/dags/bench_toy/runs/{steps.run_id_for('manual__fresh', 1, sha)}" in page
+        assert f"/dags/bench_toy/runs/{probe_run('manual__fresh', 1, sha)}" in page
 
 
 def test_the_bisection_pages_need_a_session_and_a_role_that_reads_the_bisect_runs(filled, auth):  # noqa: F811
     warehouse, _, http = filled
-    steps.save(finished_bisection(), warehouse, "bench_bisect", "manual__bisect")
+    engine.save(finished_bisection(), warehouse, "bench_bisect", "manual__bisect")
     for path in ("/bisections", "/bisection/bench_bisect/manual__bisect"):
         assert http.get(path).status_code == 200
         refused = TestClient(app, headers=auth("no_dags_bisect", "viewer")).get(path)

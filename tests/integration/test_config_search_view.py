@@ -13,13 +13,14 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from benchflow import config_search_steps as steps
-from benchflow.analysis.config_search import ConfigSearch, Measure
+from benchflow.searches import engine
+from benchflow.searches.config_campaign import DAG_ID
+from benchflow.searches.configs import ConfigSearch, Measure
 from benchflow.kinds.kernel import KIND as KERNEL
 from benchflow.ui import app
 from benchflow.warehouse import Warehouse, queries
 from tests.integration.test_analytics import kernel_rows, night_run
-from tests.unit.test_config_search import bracket
+from tests.unit.benchflow.searches.test_configs import bracket
 from tests.view_auth import auth  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -39,15 +40,15 @@ def warehouse(tmp_path, monkeypatch, auth):  # noqa: F811
 def searched(warehouse: Warehouse, run_id: str) -> dict:
     """A search of the shipped space whose configs hold their batch limit: every round planned, measured and
     recorded as the DAG does, then finished."""
-    state = steps.start({"campaign": CAMPAIGN}, warehouse)
-    while (planned := steps.plan(state, run_id))["probes"]:
-        search = ConfigSearch.from_json(planned["state"])
-        for probe in planned["probes"]:
-            for name in probe["conf"]["configs"]:
-                level = search.meta["levels_asked"][name]
+    search = engine.start("config", {"campaign": CAMPAIGN}, warehouse)
+    kind = engine.strategy("config")
+    while (search := engine.plan(search, run_id)).probes:
+        algo = kind.load(search)
+        for probe in search.probes:
+            for name in probe.keys:
                 capacity = int(name.split("_b")[1])
-                passed, failed, probes = bracket(capacity, search.levels[level].precision, 1, 16)
-                gpus = search.gpus[name]
+                passed, failed, probes = bracket(capacity, algo.levels[probe.level].precision, 1, 16)
+                gpus = algo.gpus[name]
                 figures = {
                     "tokens_per_s_per_gpu": 40.0 * passed / gpus,
                     "tokens_per_s_per_user": 25.0 - passed,
@@ -55,12 +56,10 @@ def searched(warehouse: Warehouse, run_id: str) -> dict:
                     "payload": "c" * 40,
                     "gpu_model": "NVIDIA H200",
                 }
-                search.record(
-                    name, Measure(level, passed, failed, probes, probes * 30, probe["trigger_run_id"], "", figures)
-                )
-        state = search.to_json()
-        steps.save(search, warehouse, steps.DAG_ID, run_id)
-    return steps.finish(state, warehouse, steps.DAG_ID, run_id)
+                algo.record(name, Measure(probe.level, passed, failed, probes, probes * 30, probe.run_id, "", figures))
+        search.probes, search.state = [], algo.to_json()
+        engine.save(search, warehouse, DAG_ID, run_id)
+    return engine.finish([search], warehouse, DAG_ID, run_id)[1]
 
 
 def test_a_search_is_stored_and_its_page_shows_the_ranking_the_front_and_the_winner(warehouse):
@@ -70,31 +69,30 @@ def test_a_search_is_stored_and_its_page_shows_the_ranking_the_front_and_the_win
     (row,) = queries.config_searches(warehouse, CAMPAIGN).to_dict("records")
     assert (row["configs"], row["excluded"], row["rounds"]) == (13, 2, 2)
     assert row["prompts"] < row["grid_prompts"]
-    ranking = queries.config_search_configs(warehouse, steps.DAG_ID, "manual__space")
+    ranking = queries.config_search_configs(warehouse, DAG_ID, "manual__space")
     assert ranking["config"].iloc[0] == "g1_b8" and ranking["verdict"].iloc[0] == "best"
     assert set(ranking["verdict"].iloc[1:]) == {"worse"} and (ranking["load_per_gpu_high"].iloc[1:] < 8).all()
     assert ranking["pareto"].any() and ranking["settings"].notna().all()
-    block = yaml.safe_load(queries.config_search(warehouse, steps.DAG_ID, "manual__space")["winner_yaml"].iloc[0])
+    block = yaml.safe_load(queries.config_search(warehouse, DAG_ID, "manual__space")["winner_yaml"].iloc[0])
     assert block["configs"][0]["name"] == "g1_b8"
 
-    page = http.get(f"/config-search/{steps.DAG_ID}/manual__space").text
+    page = http.get(f"/config-search/{DAG_ID}/manual__space").text
     assert "Config search of serving_space_local" in page and "best g1_b8" in page
     assert page.index("g1_b8") < page.index("g1_b6") and 'figure class="plot' in page
     assert "Pareto front" in page and "name: g1_b8" in page  # the chart's trace, the winner's block
     assert "excluded: constraint" in page
     assert "manual__space" in http.get("/config-searches").text
     assert "../config-search/bench_config_search/manual__space" in http.get(f"/campaign/{CAMPAIGN}").text
-    assert http.get(f"/config-search/{steps.DAG_ID}/nope").status_code == 404
+    assert http.get(f"/config-search/{DAG_ID}/nope").status_code == 404
 
 
 def test_a_later_search_reuses_what_an_earlier_one_measured_on_the_same_payload_and_gpus(warehouse):
     warehouse, _ = warehouse
     searched(warehouse, "manual__first")
-    state = steps.start({"campaign": CAMPAIGN}, warehouse)
-    assert len(state["reused"]) == 13 and state["reused"]["g1_b8"] == f"{steps.DAG_ID}/manual__first"
-    again = ConfigSearch.from_json(state)
+    again = ConfigSearch.from_json(engine.start("config", {"campaign": CAMPAIGN}, warehouse).state)
+    assert len(again.reused) == 13 and again.reused["g1_b8"] == f"{DAG_ID}/manual__first"
     assert again.latest("g1_b8").level == 2  # its finest measure, at the spec's own settings
     assert again.next_round(now=0.0) == []  # nothing left to measure: the answer is the earlier one's
     assert json.loads(json.dumps(again.result()))["best"] == "g1_b8"
-    fresh = steps.start({"campaign": CAMPAIGN, "reuse": False}, warehouse)
-    assert fresh["reused"] == {}
+    fresh = engine.start("config", {"campaign": CAMPAIGN, "reuse": False}, warehouse)
+    assert fresh.state["reused"] == {}

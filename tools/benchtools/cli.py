@@ -171,23 +171,34 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     """A config search of a campaign's config space on this machine (each probe a bench run)."""
+    return _search("search", "config", args.campaign, args.conf, {})
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    """A bisection of a campaign's payload commits on this machine (each probe a bench run)."""
+    fields = {"case": args.case, "metric": args.metric, "good": args.good, "bad": args.bad}
+    return _search("bisect", "bisect", args.campaign, args.conf, fields)
+
+
+def _search(command: str, strategy: str, campaign: str, text: str | None, fields: dict[str, Any]) -> int:
+    """One search through the search engine's steps, each probe a bench run; 2 for a conf it refuses."""
     from benchflow.params import ConfError
 
     try:
-        conf = json.loads(args.conf) if args.conf else {}
+        conf = json.loads(text) if text else {}
     except ValueError as exc:
         print(f"--conf is not JSON: {exc}", file=sys.stderr)
         return 2
     configure_airflow()
-    from benchtools import config_search, up
+    from benchtools import searching, up
 
     if problem := up.unreachable(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]):
-        print(f"bench search: {problem}", file=sys.stderr)
+        print(f"bench {command}: {problem}", file=sys.stderr)
         return 1
     try:
-        return config_search.search(args.campaign, conf)
+        return searching.search(strategy, {**conf, **fields, "campaign": campaign})
     except ConfError as exc:
-        print(f"bench search: {exc}", file=sys.stderr)
+        print(f"bench {command}: {exc}", file=sys.stderr)
         return 2
 
 
@@ -496,6 +507,22 @@ SUBCOMMANDS: list[tuple[str, Callable[[argparse.Namespace], int], str, str, list
         [
             arg("campaign", help="campaign name (include/campaigns/<name>.yaml) whose spec has a space"),
             arg("--conf", help='JSON: levels, max_probes, max_hours, reuse (e.g. {"max_probes": 20})'),
+        ],
+    ),
+    (
+        "bisect",
+        cmd_bisect,
+        "find the payload commit that made a campaign's case worse",
+        "Bisect the payload commits between GOOD and BAD of a campaign with a git payload: confirm that bad is worse "
+        "than good beyond noise, then probe the commits that split the suspect range. Each probe is a bench run; "
+        "the answer lands in the warehouse (bisections, bisection_probes). Exits 1 when the bisection failed.",
+        [
+            arg("campaign", help="campaign name (include/campaigns/<name>.yaml) with a git payload"),
+            arg("--case", required=True, help="the regressed case as the warehouse names it, e.g. m=64"),
+            arg("--metric", required=True, help="the trend metric that regressed, e.g. us_per_token"),
+            arg("--good", required=True, help="a commit (or ref) of the payload that measured well"),
+            arg("--bad", required=True, help="a later commit (or ref) that measured worse"),
+            arg("--conf", help="JSON: repeats, max_samples, min_change, max_probes, max_hours, probe_conf"),
         ],
     ),
     (

@@ -87,7 +87,7 @@ def environment(paths: Paths, db_uri: str, port: int) -> dict[str, str]:
     """The components' environment: :func:`benchtools.stack.base_environment` with the LocalExecutor, one task
     at a time on SQLite, this checkout's ``var/``."""
     secret = _secret(paths.secret, lambda: secrets.token_urlsafe(32))
-    spec_repo = os.environ.get("BENCH_SPEC_REPO")  # campaign specs from git too (README, "Specs from git")
+    spec_repo = os.environ.get("BENCH_SPEC_REPO")  # campaign specs from git too (docs/campaigns.md, "Specs from git")
     env = stack.base_environment(paths.airflow_home, db_uri, port, secret, paths.passwords, spec_repo=spec_repo)
     env["AIRFLOW__CORE__PARALLELISM"] = "1" if db_uri.startswith("sqlite") else "16"
     env["AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL"] = "10"

@@ -16,12 +16,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from benchflow.searches.bisect_campaign import DAG_ID as BISECT_DAG_ID
+
 if TYPE_CHECKING:
     from benchflow.records import Verdict
     from benchflow.spec import CampaignSpec
     from benchflow.warehouse import Warehouse
 
-BISECT_DAG_ID = "bench_bisect"
 _SHA = re.compile(r"^[0-9a-f]{7,64}$")
 
 
@@ -93,6 +94,14 @@ def finding_ranges(
     return out
 
 
+def choose(runs: dict[tuple[str, str], str], known: set[str], per_night: int) -> dict[tuple[str, str], str]:
+    """The ranges a night links its suspects to (``runs``: each range's bisection run, largest change first): every
+    range bisected on an earlier night (``known``), and at most ``per_night`` new ones, the largest not bisected yet.
+    A range already bisected never takes a slot, so a newer, smaller regression is bisected the night it appears."""
+    fresh = [r for r in runs if runs[r] not in known][:per_night]
+    return {r: run for r, run in runs.items() if run in known or r in fresh}
+
+
 def plan(
     spec: CampaignSpec, warehouse: Warehouse, dag_id: str, run_id: str, verdict: Verdict, asked: bool = False
 ) -> list[dict[str, Any]]:
@@ -110,8 +119,9 @@ def plan(
     ranges: dict[tuple[str, str], Suspect] = {}
     for suspect in sorted(found, key=lambda s: -s.change):
         ranges.setdefault(suspect.range, suspect)
-    chosen = {r: bisect_run_id(spec.name, *r) for r in list(ranges)[: budget.per_night]}
-    known = queries.recorded_bisections(warehouse, list(chosen.values()))
+    runs = {r: bisect_run_id(spec.name, *r) for r in ranges}
+    known = queries.recorded_bisections(warehouse, list(runs.values()))
+    chosen = choose(runs, known, budget.per_night)
     limits = spec.regressions.for_gpu(queries.run_gpu_model(warehouse, dag_id, run_id))
     triggers = []
     for bisect_range, bisect_run in chosen.items():

@@ -9,6 +9,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
+from benchflow.searches import bisect_campaign
 from benchflow.ui.markup import dag_id_of, run_href, table
 from benchflow.warehouse import queries
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
     from benchflow.warehouse import Warehouse
 
-BISECT_DAG = "bench_bisect"
+BISECT_DAG = bisect_campaign.DAG_ID
 VERDICTS = {"same_as_good": "same as good", "same_as_bad": "same as bad", "unknown": "unknown"}
 
 

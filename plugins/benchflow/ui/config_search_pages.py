@@ -11,6 +11,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from benchflow.searches import config_campaign
 from benchflow.ui import charts
 from benchflow.ui.markup import run_href, table
 from benchflow.warehouse import queries
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
     from benchflow.warehouse import Warehouse
 
-SEARCH_DAG = "bench_config_search"
+SEARCH_DAG = config_campaign.DAG_ID
 EMPTY = '<p class="empty">(no config search yet)</p>'
 
 

@@ -188,6 +188,17 @@ class Warehouse:
         )
         return frame_of(columns, rows)
 
+    def schema_version(self) -> int:
+        """The newest migration applied here: 0 for a warehouse never migrated (no table yet, nothing loaded). What
+        a reader checks instead of catching the error of a table that is not there."""
+        found = self.query(
+            "SELECT COUNT(*) AS n FROM information_schema.tables "
+            "WHERE table_name = 'schema_migrations' AND table_schema = current_schema()"
+        )
+        if not int(found["n"].iloc[0]):
+            return 0
+        return int(self.query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations")["v"].iloc[0])
+
     def migrate(self) -> list[str]:
         """Apply pending migrations and (re)create the analyst views; returns what was applied."""
         from benchflow.warehouse.schema import migrate

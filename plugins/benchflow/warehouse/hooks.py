@@ -326,8 +326,8 @@ class WarehousePostgresHook(PostgresHook):
                     raise RefusedStatement(
                         f"the warehouse connection logs in as {role!r}, a superuser or a member of "
                         "pg_write_server_files / pg_execute_server_program, which can write on the database server "
-                        "even from a read; give bench sql a reader role (SELECT grants only: README, 'Reading a "
-                        "PostgreSQL warehouse')"
+                        "even from a read; give bench sql a reader role (SELECT grants only: docs/warehouse.md, "
+                        "'Reading a PostgreSQL warehouse')"
                     )
                 cur.execute("SELECT set_config('statement_timeout', %s, true)", [f"{int(timeout_s * 1000)}ms"])
                 try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchflow.analysis.config_search import ConfigSearch, Level, Measure, levels, pareto
+from benchflow.searches.configs import ConfigSearch, Level, Measure, levels, pareto
 
 pytestmark = pytest.mark.unit
 
@@ -66,14 +66,62 @@ def test_every_config_is_probed_cheaply_then_only_the_contenders_finely():
     assert answer["ranking"][0]["low"] == 8 and answer["ranking"][0]["level"] == 1
 
 
-def test_a_config_that_passed_the_top_of_the_range_holds_at_least_that_and_no_more_was_asked():
+def test_a_config_that_passed_the_top_of_the_range_holds_at_least_that_an_open_interval():
     search = ConfigSearch(gpus={"a": 1, "b": 1}, levels=[Level(30, 0.5, 1)], low=1, high=16)
     search.next_round(now=0.0)
     search.record("a", Measure(0, 16, None, 5, 150, "r"))
     search.record("b", Measure(0, None, 1, 1, 30, "r"))
-    assert (search.interval("a").low, search.interval("a").high) == (16, 16)
-    assert (search.interval("b").low, search.interval("b").high) == (0, 0)  # even the lowest load failed
+    a, b = search.interval("a"), search.interval("b")
+    assert a.low == 16 and a.open_above and a.text() == "≥ 16"  # no more was asked: it may hold far more
+    assert not b.held and b.text() == "< 1"  # even the lowest load failed
     assert search.verdict("a") == "best" and search.verdict("b") == "worse" and search.status() == "done"
+    assert "best a: ≥ 16 load per GPU" in search.result()["summary"]
+
+
+def test_a_config_censored_at_the_top_is_never_ranked_worse_than_one_it_may_beat():
+    """Two GPUs at the range's top (5) hold at least 2.5 per GPU; one GPU measured at 3: the first may hold far
+    more, so it is never called worse, whichever is listed first; above the other's interval it is the best."""
+    for order in (("wide", "narrow"), ("narrow", "wide")):
+        gpus = {"wide": 2, "narrow": 1}
+        search = ConfigSearch(gpus={n: gpus[n] for n in order}, levels=[Level(30, 0.5, 1)], low=1, high=5)
+        search.next_round(now=0.0)
+        search.record("wide", Measure(0, 5, None, 4, 120, "r1"))
+        search.record("narrow", Measure(0, 3, 4, 4, 120, "r2"))
+        result = search.result()
+        verdicts = {r["config"]: r["verdict"] for r in result["ranking"]}
+        assert verdicts == {"narrow": "best", "wide": "not distinguishable from best"}, result["summary"]
+        assert "wide (≥ 2.5)" in result["summary"] and result["status"] == "done"
+        rows = {r["config"]: r for r in result["ranking"]}
+        assert rows["wide"]["open_above"] and rows["wide"]["high"] is None and rows["wide"]["load"] == "≥ 2.5"
+    search = ConfigSearch(gpus={"narrow": 1, "wide": 2}, levels=[Level(30, 0.5, 1)], low=1, high=16)
+    search.next_round(now=0.0)
+    search.record("wide", Measure(0, 16, None, 4, 120, "r1"))
+    search.record("narrow", Measure(0, 3, 4, 4, 120, "r2"))
+    assert search.leader() == "wide" and search.verdict("narrow") == "worse"
+
+
+def test_when_no_config_holds_the_slo_within_the_range_no_best_is_named():
+    search = new()
+    for _ in range(3):
+        for name, level in search.next_round(now=0.0):
+            search.record(name, Measure(level, None, 1, 1, 30, f"run_{name}_{level}"))
+    result = search.result()
+    assert search.status() == "none" and result["status"] == "none" and result["best"] is None
+    assert result["summary"].startswith("no config holds the SLO within the range"), result["summary"]
+    assert {r["verdict"] for r in result["ranking"]} == {"held none of the range"}
+    # a cheap probe's failure is confirmed at the spec's own settings before the answer says none held
+    assert all(r["level"] == len(search.levels) - 1 for r in result["ranking"]), result["ranking"]
+
+
+def test_a_probe_taken_back_costs_nothing_and_is_planned_again():
+    search = new()
+    first = search.next_round(now=0.0)
+    search.retract("g1_b8")
+    assert "g1_b8" not in search.outstanding and search.probes == len(first) - 1
+    for name, level in list(first):
+        if name != "g1_b8":
+            search.record(name, Measure(level, 2, 3, 1, 30, "r"))
+    assert ("g1_b8", 0) in search.next_round(now=0.0)
 
 
 def test_the_budget_stops_the_search_with_what_it_knows():

@@ -1,11 +1,14 @@
 """Which config: successive halving over a config space, by the load search's answer per GPU. Pure: no Airflow, no
-warehouse; :mod:`benchflow.config_search_steps` feeds it probe results and stores what it says.
+warehouse; the search engine (:mod:`benchflow.searches.engine`, with :mod:`benchflow.searches.config_campaign`) feeds
+it probe results and stores what it says.
 
 A config is measured by one load search (a probe run of the campaign with that config), whose answer is a bracket:
 the highest load within the SLO (``pass``) and the lowest above it that was not (``fail``). The most the config holds
-lies in ``[pass, fail)`` (``[pass, fail - 1]`` for concurrency, an integer; ``[0, low)`` when even the range's low
-end failed; ``[pass, pass]`` when its high end passed: no more was asked), so the objective, load per GPU, is an
-interval: the bracket over the config's GPUs.
+lies in ``[pass, fail)`` (``[pass, fail - 1]`` for concurrency, an integer), so the objective, load per GPU, is an
+interval: the bracket over the config's GPUs. A bracket censored at an end of the range is an open interval, never
+an exact figure: ``≥ top`` when the range's high end passed (no more was asked: it may hold far more), ``< bottom``
+when even its low end failed (it holds none of the range). Only a config that held a load can be best; when none did,
+the answer says so and names none.
 
 The rounds spend where the answer is decided. Round 1 measures every config at the cheapest level (few prompts per
 probe, a coarse precision, one repeat). Each later round measures again, one level finer, only the configs whose
@@ -23,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-Verdict = Literal["best", "not distinguishable from best", "worse", "failed", "not measured"]
+Verdict = Literal["best", "not distinguishable from best", "worse", "held none of the range", "failed", "not measured"]
 
 
 @dataclass(frozen=True)
@@ -68,12 +71,23 @@ class Measure:
 
 @dataclass(frozen=True)
 class Interval:
+    """Load per GPU: ``[low, high]``; ``high`` is infinite when the range's top passed (``≥ low``), and ``held`` is
+    False when even the range's bottom failed (``< high``)."""
+
     low: float
     high: float
+    held: bool = True
 
     @property
-    def mid(self) -> float:
-        return (self.low + self.high) / 2 if math.isfinite(self.high) else self.low
+    def open_above(self) -> bool:
+        return math.isinf(self.high)
+
+    def text(self) -> str:
+        if not self.held:
+            return f"< {self.high:g}"
+        if self.open_above:
+            return f"≥ {self.low:g}"
+        return f"{self.low:g}" if self.low == self.high else f"{self.low:g}–{self.high:g}"
 
 
 @dataclass
@@ -96,7 +110,6 @@ class ConfigSearch:
     probes: int = 0
     started_at: float | None = None
     stopped: str = ""
-    meta: dict[str, Any] = field(default_factory=dict)
 
     # -- what is known -----------------------------------------------------------------------------------
 
@@ -109,17 +122,17 @@ class ConfigSearch:
         measure = self.latest(name)
         if measure is None:
             return None
-        step = 1.0 if self.integer else 0.0
-        if measure.pass_load is None:  # even the low end failed
-            low, high = 0.0, self.low - step if self.integer else self.low
-        elif measure.fail_load is None:  # the high end passed: no more was asked
-            low = high = measure.pass_load
-        else:
-            low, high = measure.pass_load, max(measure.pass_load, measure.fail_load - step)
-        return Interval(low / self.gpus[name], high / self.gpus[name])
+        step, gpus = (1.0 if self.integer else 0.0), self.gpus[name]
+        if measure.pass_load is None:  # even the low end failed: below the range, by how much is unknown
+            return Interval(0.0, self.low / gpus, held=False)
+        if measure.fail_load is None:  # the high end passed: no more was asked, it may hold far more
+            return Interval(measure.pass_load / gpus, math.inf)
+        low, high = measure.pass_load, max(measure.pass_load, measure.fail_load - step)
+        return Interval(low / gpus, high / gpus)
 
     def leader(self) -> str | None:
-        known = {n: i for n in self.gpus if n not in self.failed and (i := self.interval(n)) is not None}
+        """The config with the highest lower bound among those that held a load (None: none did)."""
+        known = {n: i for n in self.gpus if n not in self.failed and (i := self.interval(n)) is not None and i.held}
         if not known:
             return None
         return max(known, key=lambda n: (known[n].low, known[n].high, -list(self.gpus).index(n)))
@@ -135,36 +148,47 @@ class ConfigSearch:
     def verdict(self, name: str) -> Verdict:
         if name in self.failed:
             return "failed"
-        if self.interval(name) is None:
+        interval = self.interval(name)
+        if interval is None:
             return "not measured"
         if name == self.leader():
             return "best"
-        return "not distinguishable from best" if name in self.contenders() else "worse"
+        if name in self.contenders():
+            return "not distinguishable from best"
+        return "worse" if self.leader() is not None else "held none of the range"
 
     def status(self) -> str:
-        """running | done | budget (spent before the answer was decided) | failed (no config measured)."""
+        """running | done | none (every config measured, none held a load of the range) | budget (spent before the
+        answer was decided) | failed (no config measured)."""
         if self.outstanding:
             return "running"
-        if self.stopped:
-            return "budget" if self.leader() else "failed"
-        if any(n not in self.failed and self.interval(n) is None for n in self.gpus):
+        measured = [n for n in self.gpus if n not in self.failed and self.interval(n) is not None]
+        if len(measured) + len(self.failed) < len(self.gpus) and not self.stopped:
             return "running"
-        if self.leader() is None:
+        if not measured:
             return "failed"
-        return "running" if self._refinable() else "done"
+        if self.stopped:
+            return "budget" if self.leader() else "none"
+        if self._refinable():
+            return "running"
+        return "done" if self.leader() else "none"
 
     def _refinable(self) -> list[str]:
-        """Contenders not yet measured at the finest level, when more than the leader alone is in contention or
-        the leader itself is not at the finest level."""
+        """Contenders not yet measured at the finest level; with no leader (no config held a load), every measured
+        config not yet at the finest level: a cheap probe's failure is confirmed before the answer says none held."""
         last = len(self.levels) - 1
-        return [n for n in self.contenders() if self.latest(n).level < last]  # type: ignore[union-attr]
+        if self.leader() is None:
+            candidates = [n for n in self.gpus if n not in self.failed and self.interval(n) is not None]
+        else:
+            candidates = self.contenders()
+        return [n for n in candidates if self.latest(n).level < last]  # type: ignore[union-attr]
 
     def _refinements(self) -> list[tuple[str, int]]:
         """The contenders one level finer; a leader alone goes straight to the finest level (nothing is left to
         tell apart: only its own figure is refined)."""
         last, refinable = len(self.levels) - 1, self._refinable()
-        if self.contenders() == refinable == [self.leader()]:
-            return [(refinable[0], last)]
+        if self.leader() is None or self.contenders() == refinable == [self.leader()]:
+            return [(n, last) for n in refinable]
         return [(n, self.latest(n).level + 1) for n in refinable]  # type: ignore[union-attr]
 
     # -- the rounds ----------------------------------------------------------------------------------------
@@ -203,6 +227,14 @@ class ConfigSearch:
         else:
             self.measures.setdefault(name, []).append(measure)
 
+    def retract(self, name: str) -> None:
+        """Take back a probe that never ran (its host was down): it costs nothing and is planned again."""
+        self.outstanding.remove(name)
+        self.probes -= 1
+        self.rounds[-1].remove(name)
+        if not self.rounds[-1]:
+            self.rounds.pop()
+
     def seed(self, name: str, measure: Measure, source: str) -> None:
         """A measure an earlier probe made of the same config, payload and GPU model: used like a probe's, free."""
         self.measures.setdefault(name, []).append(measure)
@@ -221,7 +253,9 @@ class ConfigSearch:
                     "verdict": self.verdict(name),
                     "gpus": self.gpus[name],
                     "low": interval.low if interval else None,
-                    "high": interval.high if interval else None,
+                    "high": interval.high if interval and not interval.open_above else None,
+                    "load": interval.text() if interval else None,
+                    "open_above": bool(interval and interval.open_above),
                     "pass_load": measure.pass_load if measure else None,
                     "fail_load": measure.fail_load if measure else None,
                     "level": measure.level if measure else None,
@@ -234,7 +268,14 @@ class ConfigSearch:
                     **(measure.figures if measure else {}),
                 }
             )
-        order = {"best": 0, "not distinguishable from best": 1, "worse": 2, "not measured": 3, "failed": 4}
+        order = {
+            "best": 0,
+            "not distinguishable from best": 1,
+            "worse": 2,
+            "held none of the range": 3,
+            "not measured": 4,
+            "failed": 5,
+        }
         return sorted(rows, key=lambda r: (order[r["verdict"]], -(r["low"] if r["low"] is not None else -1)))
 
     def result(self) -> dict[str, Any]:
@@ -258,15 +299,24 @@ class ConfigSearch:
     def summary(self, lead: str | None) -> str:
         status = self.status()
         if lead is None:
-            return f"{status}: no config was measured ({len(self.failed)} failed)"
+            measured = [n for n in self.gpus if n not in self.failed and self.interval(n) is not None]
+            if not measured:
+                return f"{status}: no config was measured ({len(self.failed)} failed)"
+            text = (
+                f"no config holds the SLO within the range: {len(measured)} measured, none held its lowest load "
+                f"({self.low:g}), {len(self.failed)} failed"
+            )
+            return text + (f"; {self.stopped}" if self.stopped else "") + ("" if status == "none" else f" ({status})")
         interval = self.interval(lead)
         assert interval is not None
         tied = [n for n in self.contenders() if n != lead]
-        text = (
-            f"best {lead}: {_load(interval)} load per GPU ({self.gpus[lead]} GPU{'s' if self.gpus[lead] > 1 else ''})"
-        )
+        gpus = self.gpus[lead]
+        text = f"best {lead}: {interval.text()} load per GPU ({gpus} GPU{'s' if gpus > 1 else ''})"
+        if interval.open_above:
+            text += " (it held the range's top: at least that)"
         if tied:
-            text += f"; not distinguishable from it: {', '.join(tied)}"
+            shown = [f"{n} ({self.interval(n).text()})" for n in tied]  # type: ignore[union-attr]
+            text += f"; not distinguishable from it: {', '.join(shown)}"
         worse = sum(self.verdict(n) == "worse" for n in self.gpus)
         rounds = f"{len(self.rounds)} round{'' if len(self.rounds) == 1 else 's'}"
         text += f"; {worse} worse, {len(self.failed)} failed; {rounds}, {self.probes} probe runs"
@@ -282,16 +332,10 @@ class ConfigSearch:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ConfigSearch:
-        data = dict(data)
+        data = {k: v for k, v in data.items() if k != "meta"}
         data["levels"] = [Level(**level) for level in data["levels"]]
         data["measures"] = {n: [Measure(**m) for m in ms] for n, ms in data["measures"].items()}
         return cls(**data)
-
-
-def _load(interval: Interval) -> str:
-    if interval.low == interval.high:
-        return f"{interval.low:g}"
-    return f"{interval.low:g}–{interval.high:g}"
 
 
 def pareto(ranking: list[dict[str, Any]]) -> list[str]:

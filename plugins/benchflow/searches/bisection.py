@@ -1,8 +1,8 @@
 """Which payload commit made a case slower: a k-ary search over the commits between a good and a bad one.
 
-Pure: no Airflow, no warehouse. The DAG drives :class:`Bisection` as a state machine, one round at a time
-(``next_round()`` → run the probes, ``record()`` each → ``next_round()`` …; ``result()`` at the end), and
-carries it between tasks as the small JSON dict of ``to_json()``.
+Pure: no Airflow, no warehouse. The search engine (:mod:`benchflow.searches.engine`) drives :class:`Bisection` as a
+state machine, one round at a time (``next_round()`` → run the probes, ``record()`` each → ``next_round()`` …;
+``result()`` at the end), and carries it between steps as the small JSON dict of ``to_json()``.
 
 * **Confirm** (round 1): ``good`` and ``bad`` are measured with repeats; unless bad is worse beyond noise
   (the 95 % interval of bad/good lies wholly on the worse side of 1) and by at least ``min_change``, the
@@ -36,7 +36,7 @@ Better = Literal["higher", "lower"]
 Verdict = Literal["same_as_good", "same_as_bad", "unknown"]
 Status = Literal["running", "not_reproduced", "found", "range", "failed"]
 TEST = "Welch t on log values, 95 % interval"
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,6 @@ class Bisection:
     parallel: int = 1
     min_change: float = 0.05
     budget: Budget = field(default_factory=Budget)
-    meta: dict[str, Any] = field(default_factory=dict)
     samples: dict[str, list[float]] = field(default_factory=dict)
     reused: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
@@ -240,6 +239,14 @@ class Bisection:
         if values:
             self.samples.setdefault(sha, []).extend(values)
             self.reused[sha] = source
+
+    def retract(self, sha: str) -> None:
+        """Take back a probe that never ran (its host was down): it costs nothing and is planned again."""
+        self.outstanding.remove(sha)
+        self.probes -= 1
+        self.rounds[-1].remove(sha)
+        if not self.rounds[-1]:
+            self.rounds.pop()
 
     def record(self, sha: str, samples: Sequence[float]) -> None:
         """A probe's values; none (the run failed or its rows were invalid) skips the commit."""
@@ -342,7 +349,7 @@ class Bisection:
         if not picks:  # confirm needs both ends and the budget cannot pay for them
             self.stopped = "budget spent (probes: too few left for the confirm step)"
             return []
-        self.rounds.append(picks)
+        self.rounds.append(list(picks))
         self.outstanding = list(picks)
         self.probes += len(picks)
         return picks

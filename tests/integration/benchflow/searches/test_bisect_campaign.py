@@ -10,8 +10,9 @@ from datetime import timedelta
 
 import pytest
 
-from benchflow import bisect_steps as steps
-from benchflow.analysis.bisect_search import Bisection
+from benchflow.params import ConfError
+from benchflow.searches import engine
+from benchflow.searches.bisection import Bisection
 from benchflow.kinds.kernel import KIND as KERNEL
 from benchflow.records import RunRecord
 from benchflow.spec import load_spec
@@ -89,10 +90,10 @@ def test_only_runs_that_measured_the_same_thing_are_reused_and_never_the_ends(ca
     load_run(warehouse, spec, "good-end", c(1), steady(100.0), hours=1)
     load_run(warehouse, spec, "bad-end", c(16), steady(40.0))  # an end that would answer "not reproduced"
 
-    state = steps.start({**CONF, "repeats": REPEATS}, warehouse)
-    bisection = Bisection.from_json(state)
-    assert bisection.reused == {c(8): kept}
-    skipped = "\n".join(bisection.meta["not_reused"])
+    search = engine.start("bisect", {**CONF, "repeats": REPEATS}, warehouse)
+    bisection = Bisection.from_json(search.state)
+    assert bisection.reused == {c(8): kept} and search.runs[c(8)] == [kept]
+    skipped = "\n".join(search.facts["not_reused"])
     assert f"manual__scaled-c6 ({c(6)[:12]}): its conf measured something else (scale)" in skipped
     assert f"manual__short-c4 ({c(4)[:12]}): 3 values, fewer than the 5 repeats asked for" in skipped
     assert f"manual__drift-c12 ({c(12)[:12]}): its values vary" in skipped and "validity.repeat_cv_max" in skipped
@@ -101,14 +102,13 @@ def test_only_runs_that_measured_the_same_thing_are_reused_and_never_the_ends(ca
     assert bisection.next_round(now=0.0) == [c(1), c(16)]
 
     # Ten repeats asked for: the five values of commit 8 are too few now, so nothing is reused.
-    again = Bisection.from_json(steps.start({**CONF, "repeats": 10, "max_samples": 15}, warehouse))
-    assert again.reused == {} and f"manual__nightly-c8 ({c(8)[:12]}): 5 values, fewer" in "\n".join(
-        again.meta["not_reused"]
-    )
+    again = engine.start("bisect", {**CONF, "repeats": 10, "max_samples": 15}, warehouse)
+    assert Bisection.from_json(again.state).reused == {}
+    assert f"manual__nightly-c8 ({c(8)[:12]}): 5 values, fewer" in "\n".join(again.facts["not_reused"])
 
 
 @pytest.mark.parametrize("override", [{"payload_ref": "c3"}, {"host": "other"}, {"m_list": [1]}])
 def test_a_probe_conf_that_sets_the_commit_host_or_case_is_refused_at_start(campaign, override):
     _, _, warehouse = campaign
-    with pytest.raises(steps.ConfError, match=r"conf.probe_conf: may not set .*the bisection sets them itself"):
-        steps.start({**CONF, "repeats": REPEATS, "probe_conf": override}, warehouse)
+    with pytest.raises(ConfError, match=r"conf.probe_conf: may not set .*the bisection sets them itself"):
+        engine.start("bisect", {**CONF, "repeats": REPEATS, "probe_conf": override}, warehouse)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchflow import bisect_steps, params
+from benchflow import params
+from benchflow.searches import bisect_campaign, engine
 from benchflow.kinds.kernel import KIND as KERNEL
 from benchflow.kinds.kernel import table
 from benchflow.spec import SpecError, load_spec
@@ -26,7 +27,7 @@ benchmark:
 
 
 def test_a_conf_gets_its_defaults():
-    conf = bisect_steps.checked_conf(CONF)
+    conf = bisect_campaign.checked_conf(CONF)
     assert conf["repeats"] == 5 and conf["max_probes"] == 40 and conf["probe_conf"] == {}
 
 
@@ -44,8 +45,8 @@ def test_a_conf_gets_its_defaults():
     ],
 )
 def test_a_bad_conf_names_its_field(change, field, says):
-    with pytest.raises(bisect_steps.ConfError, match=f"^conf.{field}: .*{says}"):
-        bisect_steps.checked_conf({**CONF, **change})
+    with pytest.raises(params.ConfError, match=f"^conf.{field}: .*{says}"):
+        bisect_campaign.checked_conf({**CONF, **change})
 
 
 def test_a_kernel_probe_runs_only_its_case_repeated():
@@ -95,9 +96,10 @@ def test_a_bad_git_payload_or_pool_names_its_field(tmp_path, old, new, says):
 
 def test_probe_run_ids_are_stable_per_round_and_commit():
     sha = "ab" * 20
-    one = bisect_steps.run_id_for("manual__2026-12-01T00:00:00+00:00", 2, sha)
-    assert one == bisect_steps.run_id_for("manual__2026-12-01T00:00:00+00:00", 2, sha)
-    assert one != bisect_steps.run_id_for("manual__2026-12-01T00:00:00+00:00", 3, sha)
+    one = engine.run_id_for("bisect", "manual__2026-12-01T00:00:00+00:00", 2, sha[:12])
+    assert one == engine.run_id_for("bisect", "manual__2026-12-01T00:00:00+00:00", 2, sha[:12])
+    assert one != engine.run_id_for("bisect", "manual__2026-12-01T00:00:00+00:00", 3, sha[:12])
+    assert one.startswith(engine.run_tag("bisect", "manual__2026-12-01T00:00:00+00:00"))
     assert one.startswith("bisect_") and one.endswith("_r2_" + sha[:12])
 
 

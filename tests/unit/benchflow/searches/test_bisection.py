@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 
-from benchflow.analysis.bisect_search import Bisection, Budget, classify, confirm, split_points
+from benchflow.searches.bisection import Bisection, Budget, classify, confirm, split_points
 
 pytestmark = pytest.mark.unit
 
@@ -204,7 +204,7 @@ def test_state_machine_discipline():
 
 
 def test_json_state_is_small_and_round_trips_mid_bisection():
-    bisection, measure = new(2, meta={"campaign": "moe_kernel_nightly", "case": "m=64"}), measurer(5)
+    bisection, measure = new(2), measurer(5)
     for _ in range(2):
         for sha in bisection.next_round(now=0.0):
             bisection.record(sha, measure(sha))
@@ -212,9 +212,17 @@ def test_json_state_is_small_and_round_trips_mid_bisection():
     assert len(state) < 4000
     back = Bisection.from_json(json.loads(state))
     assert back.to_json() == bisection.to_json() and back.result() == bisection.result()
-    assert back.meta == {"campaign": "moe_kernel_nightly", "case": "m=64"}
     with pytest.raises(ValueError, match="version"):
         Bisection.from_json({**json.loads(state), "version": 99})
+
+
+def test_a_probe_taken_back_costs_nothing_and_is_probed_again():
+    bisection = new(2)
+    ends = bisection.next_round(now=0.0)
+    bisection.retract(ends[0])
+    assert bisection.outstanding == ends[1:] and bisection.probes == 1 and bisection.rounds == [ends[1:]]
+    bisection.record(ends[1], measurer(5)(ends[1]))
+    assert bisection.next_round(now=0.0) == [ends[0]]  # its host was down: the confirm step measures it again
 
 
 def test_higher_is_better_metric_bisects_the_same():
