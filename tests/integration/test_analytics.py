@@ -614,8 +614,8 @@ def test_a_regression_on_a_git_campaign_plans_one_bisection_and_a_second_detecti
     plans one bisection of that commit range (the largest change's case, the spec's budget, a conf the bisect DAG
     accepts) and links every finding to it; night 11, still slow, names the same range (the first slow night's
     commit and the one before), starts none, and its findings link to the same run."""
-    from benchflow.searches import bisect_campaign
     from benchflow.analysis import auto_bisect
+    from benchflow.searches import bisect_campaign
     from benchflow.spec import load_spec
 
     (tmp_path / "toy_git.yaml").write_text(GIT_SPEC)

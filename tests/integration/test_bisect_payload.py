@@ -10,10 +10,10 @@ import shlex
 
 import pytest
 
-from benchflow.searches.bisection import Bisection
 from benchflow.hosts.local import LocalHost
 from benchflow.kinds.kernel import table
 from benchflow.payloads import commits_between, materialised, resolve
+from benchflow.searches.bisection import Bisection
 from tests.payload_repo import make_payload_repo
 
 pytestmark = pytest.mark.integration

@@ -12,10 +12,10 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from fastapi.testclient import TestClient
 
+from benchflow.kinds.kernel import KIND as KERNEL
 from benchflow.searches import engine
 from benchflow.searches.bisection import Bisection
 from benchflow.searches.engine import Search
-from benchflow.kinds.kernel import KIND as KERNEL
 from benchflow.spec import RegressionLimits
 from benchflow.ui import app
 from benchflow.warehouse import Warehouse, queries

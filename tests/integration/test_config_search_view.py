@@ -13,10 +13,10 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
+from benchflow.kinds.kernel import KIND as KERNEL
 from benchflow.searches import engine
 from benchflow.searches.config_campaign import DAG_ID
 from benchflow.searches.configs import ConfigSearch, Measure
-from benchflow.kinds.kernel import KIND as KERNEL
 from benchflow.ui import app
 from benchflow.warehouse import Warehouse, queries
 from tests.integration.test_analytics import kernel_rows, night_run

@@ -18,6 +18,7 @@ from datetime import datetime
 
 import pytest
 
+from benchflow.searches.engine import run_tag
 from benchflow.warehouse import Warehouse, queries
 from benchtools.stack import AirflowStack
 from tests.stack.conftest import CASE, COMMITS, METRIC, REPEATS, SLOW_FROM
@@ -88,7 +89,9 @@ def test_bisection_names_the_slow_commit_reusing_two_nightly_results_probing_two
     assert found["rounds"] <= math.ceil(math.log2(COMMITS)) + 2
     # The two nightly commits were reused, never probed; every other measured commit cost one probe run
     assert found["reused"] == 2
-    probes = [r for r in campaign_runs(stack, "bench_toy_bisect") if r["dag_run_id"].startswith("bisect_")]
+    probes = [
+        r for r in campaign_runs(stack, "bench_toy_bisect") if r["dag_run_id"].startswith(run_tag("bisect", run_id))
+    ]
     probed = {r["conf"]["payload_ref"] for r in probes}
     assert len(probes) == found["probes"] and all(r["state"] == "success" for r in probes)
     chain = queries.bisection_probes(warehouse_of(stack), "bench_bisect", run_id)
@@ -110,6 +113,7 @@ def test_bisection_names_the_slow_commit_reusing_two_nightly_results_probing_two
         assert when(first["start_date"]) < when(second["end_date"]) and when(second["start_date"]) < when(
             first["end_date"]
         )
-    # Its steps are tasks: confirm, the narrow rounds (mapped: one probe per commit), decide
-    assert tasks["confirm"]["state"] == "success" and tasks["decide"]["state"] == "success"
-    assert tasks["narrow_1"]["state"] == "success" and tasks[f"narrow_{found['rounds']}_plan"]["state"] == "skipped"
+    # Its steps are the search engine's tasks: the confirm round, the narrow rounds (mapped: one probe per commit),
+    # finish; the rounds left once the answer was in are skipped
+    assert tasks["round_1"]["state"] == "success" and tasks["finish"]["state"] == "success"
+    assert tasks["round_2"]["state"] == "success" and tasks[f"round_{found['rounds'] + 1}_plan"]["state"] == "skipped"

@@ -9,6 +9,7 @@ from datetime import datetime
 
 import pytest
 
+from benchflow.searches.engine import run_tag
 from benchflow.warehouse import Warehouse, queries
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]  # the search (500 s at most), then its checks
@@ -28,7 +29,7 @@ def test_a_rounds_probes_run_side_by_side_one_per_host_and_the_answer_is_stored(
     assert tasks["round_1"]["state"] == "success" and tasks["round_2_plan"]["state"] == "skipped"
 
     probes = stack.api("GET", "/dags/bench_space_stack/dagRuns", params={"limit": 100}).json()["dag_runs"]
-    probes = [r for r in probes if r["dag_run_id"].startswith("cfgsearch_")]
+    probes = [r for r in probes if r["dag_run_id"].startswith(run_tag("cfgsearch", run_id))]
     assert sorted(r["conf"]["host"] for r in probes) == ["gpu_a", "gpu_b"], probes
     assert sorted(c for r in probes for c in r["conf"]["configs"]) == ["b2", "b6"]
     first, second = probes

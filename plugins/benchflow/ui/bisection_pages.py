@@ -46,10 +46,9 @@ def with_bisect(warehouse: Warehouse, campaign: str, findings: pd.DataFrame) -> 
     """The findings with a ``bisect`` column, and the link each of its cells gets: the bisect DAG's trigger
     form for that case and metric, from the last good run's payload commit to the regressed run's (only where
     both commits are known: a git payload), or the page of the automatic bisection that covers it."""
-    try:
-        commits = queries.finding_commits(warehouse, campaign) if len(findings) else None
-    except Exception:  # a warehouse from before payload commits
-        commits = None
+    commits = (
+        queries.finding_commits(warehouse, campaign) if len(findings) and warehouse.has("payload_commit") else None
+    )
     known = {} if commits is None else {str(r.run_id): (r.good, r.bad) for r in commits.itertuples(index=False)}
     hrefs: dict[tuple[str, str, str], str] = {}
     for record in findings.itertuples(index=False):
@@ -69,20 +68,16 @@ def with_bisect(warehouse: Warehouse, campaign: str, findings: pd.DataFrame) -> 
 
 def _auto_bisections(warehouse: Warehouse, campaign: str) -> dict[tuple[str, str, str], str]:
     """The findings an automatic bisection covers: its bench_bisect run (the finding's own bisection)."""
-    try:
-        found = queries.auto_bisection_links(warehouse, campaign)
-    except Exception:  # a warehouse from before automatic bisections: none
+    if not warehouse.has("auto_bisections"):
         return {}
+    found = queries.auto_bisection_links(warehouse, campaign)
     return {(str(r.run_id), str(r.case_key), str(r.metric)): str(r.bisect_run_id) for r in found.itertuples()}
 
 
 def listing(warehouse: Warehouse, campaign: str | None = None, prefix: str = "") -> str:
     """Every bisection (of one campaign), newest first, each linked to its probe chain."""
-    try:
-        found = queries.bisections(warehouse, campaign)
-    except Exception:  # a warehouse from before bisections: none yet
-        return '<p class="empty">(no bisection yet)</p>'
-    if not len(found):
+    found = queries.bisections(warehouse, campaign) if warehouse.has("bisections") else None
+    if found is None or not len(found):
         return '<p class="empty">(no bisection yet)</p>'
     shown = found[["run_id", "campaign", "case_key", "metric", "status", "summary", "probes", "reused", "rounds"]]
     links = {"run_id": lambda r: page_href(BISECT_DAG, r.run_id, prefix)}

@@ -31,20 +31,23 @@ def page_href(dag_id: str, run_id: str, prefix: str = "") -> str:
 
 def listing(warehouse: Warehouse, campaign: str | None = None, prefix: str = "") -> str:
     """Every config search (of one campaign), newest first, each linked to its answer."""
-    try:
-        found = queries.config_searches(warehouse, campaign)
-    except Exception:  # a warehouse from before config searches: none yet
-        return EMPTY
-    if not len(found):
+    found = queries.config_searches(warehouse, campaign) if warehouse.has("config_searches") else None
+    if found is None or not len(found):
         return EMPTY
     shown = found[["run_id", "campaign", "status", "best", "summary", "configs", "probes", "rounds"]]
     links = {"run_id": lambda r: page_href(SEARCH_DAG, r.run_id, prefix)}
     return table(shown.copy(), links=links).replace(' target="_top"', "")
 
 
-def _interval(low: Any, high: Any) -> str:
+def _interval(low: Any, high: Any, verdict: Any = "") -> str:
+    """A config's load per GPU as the search knows it: open where the range censored it (``≥ 8`` held the top,
+    ``< 2`` failed the bottom)."""
     if low is None or (isinstance(low, float) and math.isnan(low)):
         return ""
+    if high is None or (isinstance(high, float) and math.isnan(high)):
+        return f"≥ {low:g}"
+    if verdict == "held none of the range" or (low == 0 and high > 0):
+        return f"< {high:g}"
     return f"{low:g}" if low == high else f"{low:g}–{high:g}"
 
 
@@ -102,7 +105,7 @@ def ranking_table(ranking: pd.DataFrame) -> str:
             f'<td class="text">{escape(str(r.config))}</td>',
             f'<td class="text">{escape(str(r.verdict))}</td>',
             f"<td>{int(r.gpus)}</td>",
-            f"<td>{escape(_interval(r.load_per_gpu_low, r.load_per_gpu_high))}</td>",
+            f"<td>{escape(_interval(r.load_per_gpu_low, r.load_per_gpu_high, r.verdict))}</td>",
             f"<td>{_num(r.tokens_per_s_per_gpu)}</td>",
             f"<td>{_num(r.tokens_per_s_per_user)}</td>",
             f"<td>{_num(r.cost_per_mtok)}</td>",

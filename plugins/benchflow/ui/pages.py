@@ -296,10 +296,9 @@ def _with_interval(findings: pd.DataFrame) -> pd.DataFrame:
 
 def _decisions(warehouse: Warehouse, name: str) -> str:
     """Who decided what after the campaign's regressed or drifting nights (regressions.decide), newest first."""
-    try:
-        found = queries.decisions(warehouse, name)
-    except Exception:  # a warehouse from before decisions: none
+    if not warehouse.has("decisions"):
         return ""
+    found = queries.decisions(warehouse, name)
     if not len(found):
         return ""
     found["decided_by"] = [by if isinstance(by, str) and by else "(nobody: the default)" for by in found["decided_by"]]

@@ -199,6 +199,13 @@ class Warehouse:
             return 0
         return int(self.query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations")["v"].iloc[0])
 
+    def has(self, what: str) -> bool:
+        """Whether this warehouse's schema holds ``what`` (a table or column of :data:`.schema.SINCE`): a page reads
+        a table only where the migration that made it was applied, instead of catching the error of its absence."""
+        from benchflow.warehouse.schema import SINCE
+
+        return self.schema_version() >= SINCE[what]
+
     def migrate(self) -> list[str]:
         """Apply pending migrations and (re)create the analyst views; returns what was applied."""
         from benchflow.warehouse.schema import migrate

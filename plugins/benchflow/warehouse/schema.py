@@ -76,6 +76,10 @@ def view_statements() -> tuple[list[str], list[str]]:
     return [f"DROP VIEW IF EXISTS {name}" for name in views], creates
 
 
+# The migration that made each table (or column) a reader may find missing in an older warehouse.
+SINCE = {"payload_commit": 13, "bisections": 13, "config_searches": 16, "auto_bisections": 19, "decisions": 20}
+
+
 def migrate(warehouse: Warehouse) -> list[str]:
     applied: list[str] = []
     with warehouse.transaction() as tx:

@@ -10,11 +10,11 @@ from datetime import timedelta
 
 import pytest
 
+from benchflow.kinds.kernel import KIND as KERNEL
 from benchflow.params import ConfError
+from benchflow.records import RunRecord
 from benchflow.searches import engine
 from benchflow.searches.bisection import Bisection
-from benchflow.kinds.kernel import KIND as KERNEL
-from benchflow.records import RunRecord
 from benchflow.spec import load_spec
 from benchflow.warehouse import Warehouse
 from tests.integration.test_analytics import H200, TONIGHT

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from benchflow import params
-from benchflow.searches import bisect_campaign, engine
 from benchflow.kinds.kernel import KIND as KERNEL
 from benchflow.kinds.kernel import table
+from benchflow.searches import bisect_campaign, engine
 from benchflow.spec import SpecError, load_spec
 
 pytestmark = pytest.mark.unit
