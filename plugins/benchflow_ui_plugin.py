@@ -2,7 +2,7 @@
 ``/benchmarks`` and a "Benchmarks" entry in the UI's navigation that shows it, and the guard of the trigger
 endpoint (:mod:`benchflow.ui.guard`: NaN and Infinity refused in a run's conf, error answers cut short). Imports
 only FastAPI here; pandas and the warehouse are imported by the handlers. It also registers
-:mod:`benchflow.pool_listener`, which creates a run's missing host pool when the scheduler starts the run, and
+:mod:`benchflow.hosts.pools`, which creates a run's missing host pool when the scheduler starts the run, and
 :mod:`benchflow.searches.listener`, which unpauses the campaign a starting search probes and ends its probe
 runs when the search fails."""
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from benchflow import pool_listener
+from benchflow.hosts import pools as pool_listener
 from benchflow.searches import listener as search_listener
 from benchflow.ui import app
 from benchflow.ui.guard import TriggerGuard

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, BaseOperator, Param, TaskGroup, TriggerRule, XComArg
 
-from benchflow.hosts import RUN_HOST
+from benchflow.hosts import RUN_HOST, routing
 from benchflow.operators import (
     ARGS_KEY,
     AcquireHostSensor,
@@ -251,7 +251,7 @@ def build_dag(spec: CampaignSpec, register: bool = True) -> DAG:
             "host_id": RUN_HOST if several else spec.host,
             "host_ids": spec.host_ids if several else [],
             "pool": spec.pool,
-            **_edge_routing(spec.host),
+            **routing(spec.host).task_kwargs(),
         }
         preflight, deploy, fetch = _host_stages(spec, on_host)
         _results(spec, preflight, deploy, fetch)
@@ -264,26 +264,6 @@ def build_dag(spec: CampaignSpec, register: bool = True) -> DAG:
     for name, (default, schema) in _run_options(spec).items():
         dag.params[name] = Param(default, **schema)
     return dag
-
-
-def _edge_routing(host: str) -> dict[str, str]:
-    """An ``edge:<queue>`` host's tasks run on the Edge worker of that queue (the Edge provider's executor), on the
-    GPU host itself, which takes no inbound connection; any other host's run on the default executor's workers."""
-    from benchflow.hosts import EDGE_EXECUTOR, edge_queue
-
-    queue = edge_queue(host)
-    return {"executor": EDGE_EXECUTOR, "queue": queue} if queue else {}
-
-
-EDGE_RESCHEDULE_S = 15.0
-
-
-def _reschedule_interval(seconds: float, on_host: dict[str, Any]) -> float:
-    """A sensor's interval between two checks in reschedule mode: on an Edge host, :data:`EDGE_RESCHEDULE_S` at
-    least. Airflow 3.3's scheduler fails a rescheduled task as "killed externally" when the executor's report that
-    its last check ended comes after the task was scheduled for its next one; the Edge executor reports through
-    the database, a scheduler loop or more later, so checks a second apart lost runs on a loaded machine."""
-    return max(seconds, EDGE_RESCHEDULE_S) if "executor" in on_host else seconds
 
 
 def _deadline(spec: CampaignSpec) -> Any:
@@ -301,7 +281,7 @@ def _deadline(spec: CampaignSpec) -> Any:
         if reference == "queued"
         else DeadlineReference.DAGRUN_LOGICAL_DATE,
         interval=interval,
-        callback=AsyncCallback("benchflow.deadline_alert.missed", kwargs=kwargs),
+        callback=AsyncCallback("benchflow.nightly.deadline_alert.missed", kwargs=kwargs),
     )
 
 
@@ -335,7 +315,7 @@ def _before_benchmark(
         task_id="acquire_host",
         lease_ttl_s=spec.lease_seconds(),
         timeout=timeouts.host_wait,
-        poke_interval=_reschedule_interval(timeouts.host_poke_interval, on_host),
+        poke_interval=routing(spec.host).interval(timeouts.host_poke_interval),
         # taking the lease is idempotent for its owner: a poke lost to the host or the worker (an SSH drop, a
         # task that never started on a busy worker) is tried again; the wait's own timeout is never retried
         retries=2,
@@ -472,7 +452,7 @@ def _config_stage(
 def _benchmark_chain(
     spec: CampaignSpec, job: str, run_args: Any, stage_args: dict[str, Any], on_host: dict[str, Any]
 ) -> tuple[Any, Any]:
-    bench, timeouts = spec.benchmark, spec.timeouts
+    bench, timeouts, where = spec.benchmark, spec.timeouts, routing(spec.host)
     launch = LaunchBenchmarkOperator(
         task_id="launch_benchmark",
         script=bench.script,
@@ -489,10 +469,10 @@ def _benchmark_chain(
         marker=bench.marker,
         benchmark_timeout=timeouts.benchmark,
         job=job,
-        poke_interval=_reschedule_interval(timeouts.poke_interval, on_host),
-        # on an Edge host the triggerer cannot see the log: the worker there checks it, in reschedule mode
-        deferrable=bench.deferrable and "executor" not in on_host,
-        mode="reschedule" if "executor" in on_host else "poke",
+        poke_interval=where.interval(timeouts.poke_interval),
+        # where the triggerer cannot see the log (an Edge host), the worker there checks it, in reschedule mode
+        deferrable=bench.deferrable and where.deferrable,
+        mode=where.wait_mode,
         retries=0,
         **on_host,
     )
@@ -572,7 +552,7 @@ def _auto_bisect(planned: BaseOperator, task_id: str = "bisect_regression") -> N
     own, so a range seen again is never bisected twice; the UI links each run it started."""
     from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 
-    from benchflow.analysis.auto_bisect import BISECT_DAG_ID
+    from benchflow.nightly.auto_bisect import BISECT_DAG_ID
 
     TriggerDagRunOperator.partial(
         task_id=task_id,

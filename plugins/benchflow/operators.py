@@ -1,6 +1,6 @@
 """Operators for the remote steps of a campaign: behaviour only. Each works on one host through
 :mod:`benchflow.hosts`, builds its commands with :mod:`benchflow.remote` (the only shell text they pass on is
-the campaign author's own: service and server commands) and undoes a run with :mod:`benchflow.cleanup`.
+the campaign author's own: service and server commands) and undoes a run with :mod:`benchflow.remote.cleanup`.
 
 All of a run's state lives in its run directory on the host (``<workdir>/<dag_id>/<run key>``), so any task
 can be retried or cleared and find what it needs there. A teardown's work is its :meth:`undo`, a call of
@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from benchflow import cleanup, params
+from benchflow import params
 from benchflow.hosts import Host, HostError, get_host
-from benchflow.manifest import MANIFEST_NAME, cached_sha256
 from benchflow.paths import HOST_CORE, HOST_CORE_DIR, kernels_dir
+from benchflow.payloads.manifest import MANIFEST_NAME, cached_sha256
 from benchflow.records import SERVER_ERROR_KEY
-from benchflow.remote import gpus, jobs, layout, lease, preflight
+from benchflow.remote import cleanup, gpus, jobs, layout, lease, preflight
 
 if TYPE_CHECKING:
     from airflow.providers.ssh.utils.remote_job import RemoteJobPaths

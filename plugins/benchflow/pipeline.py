@@ -281,9 +281,9 @@ def load(warehouse: Warehouse, record: RunRecord, kind: ResultKind, parsed: Pars
 
 
 def detect(warehouse: Warehouse, spec: CampaignSpec, run_id: str) -> Verdict:
-    """Judge the loaded run against its baseline (see :mod:`benchflow.analysis.regressions`); store the findings
+    """Judge the loaded run against its baseline (see :mod:`benchflow.nightly.regressions`); store the findings
     and the verdict (regressed, fine against N nights, or not judged and why)."""
-    from benchflow.analysis.regressions import assess
+    from benchflow.nightly.regressions import assess
     from benchflow.warehouse import queries
 
     limits = spec.regressions.for_gpu(queries.run_gpu_model(warehouse, spec.dag_id, run_id))
@@ -363,7 +363,7 @@ BISECTIONS_KEY = "bisections"  # detect_regressions' XCom: the bisections to tri
 
 
 def detect_task(spec: CampaignSpec, loaded: dict[str, Any], run_id: str, **context: Any) -> dict[str, Any]:
-    from benchflow.analysis.regressions import notify
+    from benchflow.nightly.regressions import notify
     from benchflow.warehouse import Warehouse
 
     verdict = detect(Warehouse.from_airflow(), spec, run_id)
@@ -376,7 +376,7 @@ def detect_task(spec: CampaignSpec, loaded: dict[str, Any], run_id: str, **conte
     print(f"verdict: {verdict.text()}")
     notify(spec.regressions.notify, spec.dag_id, run_id, findings)
     if spec.regressions.bisect is not None:
-        from benchflow.analysis.auto_bisect import plan
+        from benchflow.nightly.auto_bisect import plan
 
         context["ti"].xcom_push(
             key=BISECTIONS_KEY, value=plan(spec, Warehouse.from_airflow(), spec.dag_id, run_id, verdict)
@@ -453,8 +453,8 @@ def record_decision_task(spec: CampaignSpec, decision: dict[str, Any], run_id: s
         print(f"the baseline of {spec.name} on {run['gpu_model']} starts again at this night ({row['night_at']})")
     if chosen != "bisect" or spec.git_payload is None:
         return []
-    from benchflow.analysis.auto_bisect import plan
-    from benchflow.analysis.regressions import assess
+    from benchflow.nightly.auto_bisect import plan
+    from benchflow.nightly.regressions import assess
 
     verdict = assess(warehouse, spec.dag_id, run_id, spec.regressions.for_gpu(str(run["gpu_model"])))
     return plan(spec, warehouse, spec.dag_id, run_id, verdict, asked=True)

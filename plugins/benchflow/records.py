@@ -103,7 +103,7 @@ class Verdict:
     reason: str = ""
     findings: list[Finding] = field(default_factory=list)
     unjudged_cases: int = 0  # (case, metric)s of a judged run whose own history was too short (or repeats too few)
-    # (case_key, metric, benchflow.analysis.changepoints.ChangePoint) over each case's nightly series, tonight's
+    # (case_key, metric, benchflow.nightly.changepoints.ChangePoint) over each case's nightly series, tonight's
     # included; "suspected drift" when one in the worse direction is recent and tonight's own check found nothing
     change_points: list[Any] = field(default_factory=list)
 

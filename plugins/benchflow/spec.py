@@ -392,7 +392,7 @@ class Validity(_Model):
 
 
 class RegressionLimits(_Model):
-    """When a metric counts as regressed (see :mod:`benchflow.analysis.regressions`)."""
+    """When a metric counts as regressed (see :mod:`benchflow.nightly.regressions`)."""
 
     lookback: int = Field(default=14, ge=2, le=365, description="previous valid scheduled runs in the baseline")
     min_runs: int = Field(default=5, ge=2, description="no verdict with a shorter history")

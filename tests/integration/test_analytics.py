@@ -13,7 +13,7 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 
 from benchflow import kinds
-from benchflow.analysis.regressions import assess, find, judge
+from benchflow.nightly.regressions import assess, find, judge
 from benchflow.spec import RegressionLimits
 from benchflow.warehouse import RunRecord, Warehouse
 from tests.conftest import PG_URI, PROJECT_ROOT
@@ -256,7 +256,7 @@ def test_report_draws_sweep_and_trend_with_regressions(warehouse, tmp_path):
 
 
 def test_thresholds_per_gpu_model_and_the_notify_hook(warehouse, tmp_path, monkeypatch):
-    from benchflow.analysis.regressions import notify
+    from benchflow.nightly.regressions import notify
     from benchflow.spec import Regressions
 
     limits = Regressions(min_change=0.5, by_gpu={"NVIDIA H200": {"min_change": 0.03}})
@@ -323,9 +323,9 @@ def test_repeats_give_intervals_and_a_real_difference_is_found(warehouse):
 
 def test_the_interval_of_a_positive_metric_never_reaches_below_zero_and_the_view_agrees(warehouse):
     """Three noisy repeats of a throughput (5, 300, 2000 tok/s): a linear t interval would start at about -2400.
-    On the logs it stays positive, and case_summary gives what benchflow.stats.summarize gives, on both
+    On the logs it stays positive, and case_summary gives what benchflow.analysis.stats.summarize gives, on both
     backends; a metric that can be zero or below keeps the linear interval."""
-    from benchflow.stats import summarize
+    from benchflow.analysis.stats import summarize
 
     values = [5.0, 300.0, 2000.0]
     found = summarize(values)
@@ -348,7 +348,7 @@ def test_the_interval_of_a_positive_metric_never_reaches_below_zero_and_the_view
 
 def test_no_difference_is_reported_as_none_in_at_least_95_percent_of_200_trials():
     """The same comparison on generated pairs of 3 repeats with 3 % noise and no real difference."""
-    from benchflow.stats import compare
+    from benchflow.analysis.stats import compare
 
     quiet = 0
     for seed in range(200):
@@ -614,7 +614,7 @@ def test_a_regression_on_a_git_campaign_plans_one_bisection_and_a_second_detecti
     plans one bisection of that commit range (the largest change's case, the spec's budget, a conf the bisect DAG
     accepts) and links every finding to it; night 11, still slow, names the same range (the first slow night's
     commit and the one before), starts none, and its findings link to the same run."""
-    from benchflow.analysis import auto_bisect
+    from benchflow.nightly import auto_bisect
     from benchflow.searches import bisect_campaign
     from benchflow.spec import load_spec
 

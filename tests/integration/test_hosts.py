@@ -4,7 +4,7 @@ import pytest
 
 from benchflow.hosts import HostError, get_host
 from benchflow.hosts.local import LocalHost
-from benchflow.manifest import MANIFEST_NAME, build_manifest, parse_manifest
+from benchflow.payloads.manifest import MANIFEST_NAME, build_manifest, parse_manifest
 
 pytestmark = pytest.mark.integration
 

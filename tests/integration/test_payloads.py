@@ -12,9 +12,9 @@ import pytest
 from benchflow import payloads
 from benchflow.hosts.local import LocalHost
 from benchflow.kinds.kernel import table
-from benchflow.manifest import MANIFEST_NAME, build_manifest, parse_manifest
 from benchflow.paths import host_python
 from benchflow.payloads import PayloadError, commits_between, materialise, resolve
+from benchflow.payloads.manifest import MANIFEST_NAME, build_manifest, parse_manifest
 from tests.payload_repo import PayloadRepo, commit_all, git, make_payload_repo
 
 pytestmark = pytest.mark.integration

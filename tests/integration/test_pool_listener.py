@@ -44,7 +44,7 @@ def test_the_run_of_a_host_without_pool_creates_it_when_it_starts(airflow_db, tm
     from airflow.models.dagrun import DagRun
     from airflow.utils.state import DagRunState
 
-    from benchflow import pool_listener
+    from benchflow.hosts import pools as pool_listener
 
     host = f"gpu_new_{time.time_ns()}"
     spec = spec_for(tmp_path, host)
@@ -105,7 +105,7 @@ def test_a_starting_bisection_unpauses_the_campaign_it_probes_and_says_so(airflo
     from airflow.utils.session import create_session
     from airflow.utils.state import DagRunState
 
-    from benchflow import bisect_listener
+    from benchflow.searches import listener as bisect_listener
 
     assert bisect_listener in get_listener_manager().pm.get_plugins()
     campaign = f"paused_{time.time_ns()}"
@@ -132,4 +132,4 @@ def test_a_starting_bisection_unpauses_the_campaign_it_probes_and_says_so(airflo
     with caplog.at_level(logging.WARNING):
         start("bench_bisect", {"campaign": campaign, "case": "m=64", "metric": "tok_per_s"})
     assert not paused()
-    assert f"unpaused bench_{campaign}: this bisection's probes are runs of it" in caplog.text
+    assert f"unpaused bench_{campaign}: this search's probes are runs of it" in caplog.text

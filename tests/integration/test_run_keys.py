@@ -112,6 +112,6 @@ def test_two_lookalike_runs_do_not_share_the_hosts_lease(sshd):
     try:
         assert sensor.poke(context(second)) is False  # the old owner was the same for both: it was "re-entrant"
     finally:
-        from benchflow import cleanup
+        from benchflow.remote import cleanup
 
         cleanup.release_host(get_host("gpu_loopback"), layout.lease_owner(DAG, first))

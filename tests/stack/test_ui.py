@@ -20,7 +20,7 @@ from urllib.parse import unquote
 import pytest
 
 from benchflow import kinds
-from benchflow.analysis.regressions import assess
+from benchflow.nightly.regressions import assess
 from benchflow.spec import RegressionLimits
 from benchflow.warehouse import RunRecord, Warehouse
 from benchtools.stack import USER

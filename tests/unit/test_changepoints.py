@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from benchflow.analysis.changepoints import Night, change_points, suspected_drift
-from benchflow.analysis.regressions import judge
+from benchflow.nightly.changepoints import Night, change_points, suspected_drift
+from benchflow.nightly.regressions import judge
 from benchflow.spec import RegressionLimits
 
 pytestmark = pytest.mark.unit

@@ -361,7 +361,7 @@ def test_a_deadline_that_cannot_be_kept_is_refused_naming_it(tmp_path, schedule,
 
 
 def test_a_missed_deadline_tells_the_notifier_what_is_still_running():
-    from benchflow.deadline_alert import missed_event, run_of
+    from benchflow.nightly.deadline_alert import missed_event, run_of
 
     context = {"dag_run": {"dag_id": "bench_x", "dag_run_id": "scheduled__2026-12-04T02:30:00+00:00"}}
     assert run_of(context) == ("bench_x", "scheduled__2026-12-04T02:30:00+00:00")  # the REST API's field names
@@ -402,10 +402,10 @@ def test_edge_hosts_share_a_campaign_with_no_other_kind_of_host_and_are_queue_na
 
 
 def test_a_run_of_a_pool_of_edge_hosts_goes_to_the_queue_of_the_host_it_picked(tmp_path):
-    """The scheduler's policy (benchflow.policy) moves a run's host tasks to the Edge queue of its host param; a
+    """The scheduler's policy (benchflow.hosts.edge) moves a run's host tasks to the Edge queue of its host param; a
     scheduled run (no conf) keeps the default host's queue, and tasks off the host are never moved."""
     from benchflow.factory import build_dag
-    from benchflow.policy import edge_queue_of_run
+    from benchflow.hosts.edge import edge_queue_of_run
 
     pool = GOOD.replace("host: local", "host: edge:gpu_a\nhosts: [edge:gpu_a, edge:gpu_b]")
     dag = build_dag(load_spec(write(tmp_path, pool)), register=False)

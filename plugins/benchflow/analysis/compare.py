@@ -3,7 +3,7 @@
 A side is ``CAMPAIGN[:CONFIG][@WHEN]``: ``serving_pd``, ``serving_local:single``, ``serving_tp4@2026-11-28``
 (the one valid run of that night), ``moe_kernel_nightly@scheduled__2026-11-29T02:00:00+00:00`` (one run).
 Without ``@`` it is the campaign's latest valid run. Each point (a concurrency level, a token count M) and
-trend metric of the two sides is compared with :func:`benchflow.stats.compare`.
+trend metric of the two sides is compared with :func:`benchflow.analysis.stats.compare`.
 
 A side stands for exactly one run and one config, or it is refused, saying what to write:
 
@@ -29,7 +29,7 @@ from datetime import date
 from typing import TYPE_CHECKING
 
 from benchflow import kinds
-from benchflow.stats import Comparison, Summary, compare, summarize
+from benchflow.analysis.stats import Comparison, Summary, compare, summarize
 from benchflow.warehouse import queries
 
 if TYPE_CHECKING:

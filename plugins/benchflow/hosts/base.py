@@ -10,8 +10,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchflow.manifest import MANIFEST_NAME, build_manifest, format_manifest, manifest_sha256, parse_manifest
 from benchflow.paths import var_dir
+from benchflow.payloads.manifest import MANIFEST_NAME, build_manifest, format_manifest, manifest_sha256, parse_manifest
+
+RUN_HOST = "{{ params.host }}"  # a host task's host in a campaign with several hosts: the one its run picked
 
 
 class HostError(RuntimeError):

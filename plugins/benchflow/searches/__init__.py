@@ -3,3 +3,11 @@ results, the answer rules, the state saved after every step), one DAG builder (:
 unpauses a search's campaign and ends its probe runs when it fails (:mod:`.listener`), and the strategies, each a
 pure algorithm (:mod:`.bisection`, :mod:`.configs`) with its campaign side (:mod:`.bisect_campaign`,
 :mod:`.config_campaign`)."""
+
+from __future__ import annotations
+
+# each strategy registers itself with the engine as it is imported: importing any part of the package knows them all
+from benchflow.searches import bisect_campaign, config_campaign
+from benchflow.searches.engine import strategy
+
+__all__ = ["bisect_campaign", "config_campaign", "strategy"]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from benchflow.params import HOST, PAYLOAD_REF, ConfError, check_conf
 from benchflow.searches.bisection import Bisection, Budget
-from benchflow.searches.engine import Probe, Search
+from benchflow.searches.engine import Probe, Search, register
 
 if TYPE_CHECKING:
     from benchflow.spec import CampaignSpec
@@ -388,3 +388,6 @@ class BisectStrategy:
 
     def answered(self, result: dict[str, Any]) -> bool:
         return result["status"] in ("found", "range", "not_reproduced")
+
+
+register(BisectStrategy())

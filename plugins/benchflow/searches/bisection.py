@@ -8,7 +8,7 @@ state machine, one round at a time (``next_round()`` → run the probes, ``recor
   (the 95 % interval of bad/good lies wholly on the worse side of 1) and by at least ``min_change``, the
   bisection ends ``not_reproduced`` with that comparison as its evidence.
 * **Classify** a probe against both ends (:func:`classify`), each with Welch's t on the logs
-  (:func:`benchflow.stats.compare`): ``same_as_bad`` when, seen from each end, its 95 % interval lies wholly
+  (:func:`benchflow.analysis.stats.compare`): ``same_as_bad`` when, seen from each end, its 95 % interval lies wholly
   past the geometric midpoint of good and bad towards bad; ``same_as_good`` when both lie wholly on good's
   side of it; otherwise ``unknown`` (too few repeats to tell, or a probe halfway). An unknown commit is
   probed again (``repeats`` more values) until it has ``max_samples``; then it is skipped, like
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from benchflow.stats import CONFIDENCE, Comparison, compare
+from benchflow.analysis.stats import CONFIDENCE, Comparison, compare
 
 Better = Literal["higher", "lower"]
 Verdict = Literal["same_as_good", "same_as_bad", "unknown"]

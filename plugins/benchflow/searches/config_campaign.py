@@ -25,7 +25,7 @@ import yaml
 
 from benchflow.params import CONFIGS, SEARCH
 from benchflow.searches.configs import ConfigSearch, Measure, levels
-from benchflow.searches.engine import Probe, Search
+from benchflow.searches.engine import Probe, Search, register
 
 if TYPE_CHECKING:
     from benchflow.spec import CampaignSpec
@@ -448,3 +448,6 @@ class ConfigStrategy:
 
     def answered(self, result: dict[str, Any]) -> bool:
         return bool(result.get("best"))
+
+
+register(ConfigStrategy())

@@ -123,18 +123,20 @@ class Strategy(Protocol):
     def round_line(self, algo: Algorithm) -> str: ...
 
 
+STRATEGIES: dict[str, Strategy] = {}  # filled as each strategy's module is imported (benchflow.searches does)
+
+
+def register(kind: Strategy) -> Strategy:
+    """Make a strategy known by its name (its module calls this once, as it is imported)."""
+    STRATEGIES[kind.name] = kind
+    return kind
+
+
 def strategy(name: str) -> Strategy:
     """The strategy named ``bisect``, ``config`` or ``tiles``."""
-    from benchflow.searches import bisect_campaign, config_campaign
-
-    found: dict[str, Any] = {  # each class takes its own state class where the protocol says Algorithm
-        "bisect": bisect_campaign.BisectStrategy,
-        "config": config_campaign.ConfigStrategy,
-    }
-    if name not in found:
-        raise ValueError(f"no search strategy {name!r} (known: {', '.join(found)})")
-    made: Strategy = found[name]()
-    return made
+    if name not in STRATEGIES:
+        raise ValueError(f"no search strategy {name!r} (known: {', '.join(sorted(STRATEGIES))})")
+    return STRATEGIES[name]
 
 
 # -- the campaign -------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from benchflow.stats import summarize, t_quantile
+from benchflow.analysis.stats import summarize, t_quantile
 from benchflow.ui import charts
 from benchflow.ui.charts import Axis, Point, Series, clock, level_axis, number, value_axis, when
 from benchflow.ui.markup import table
@@ -255,7 +255,7 @@ def comparison_table(warehouse: Warehouse, kind: ResultKind, run: Any) -> str:
 def _mean_cell(row: dict[str, Any]) -> str:
     """``1234 (1200–1270, n=3)``: a case's mean of its ok repeats with the interval stats.summarize gives; one
     repeat has no interval; none ok says so rather than showing a number."""
-    from benchflow.stats import summarize
+    from benchflow.analysis.stats import summarize
 
     values = [float(v) for v in str(row.get("values") or "").split(",") if v]
     if not values:

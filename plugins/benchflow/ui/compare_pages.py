@@ -6,7 +6,8 @@ stand for the same runs and refuse the same ambiguities. Per load point (the kin
 (the kind's trend metrics, then its energy per unit of work where measured), every side shows the mean of its
 ``ok`` repeats with the 95 % interval, the rows not judged ok (counted, never averaged in), the value per GPU for
 a rate when the side's spec declares its GPUs, and the ratio to the baseline side with its interval and verdict
-(:func:`benchflow.stats.compare`: Welch's t on the logs). The charts draw each side in its own colour, its means
+(:func:`benchflow.analysis.stats.compare`: Welch's t on the logs). The charts draw each side in its own colour, its
+means
 with their intervals as filled markers and every row not judged ok as a hollow marker of the same colour; a
 hover names the side, its run and the row's validity.
 """
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from benchflow.analysis.compare import Side, resolve
-from benchflow.stats import Comparison, Summary, compare, summarize
+from benchflow.analysis.stats import Comparison, Summary, compare, summarize
 from benchflow.ui import charts
 from benchflow.ui.charts import Axis, Point, Series, number
 from benchflow.ui.markup import dag_id_of, run_href, table

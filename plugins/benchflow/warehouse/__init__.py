@@ -316,7 +316,7 @@ class Warehouse:
     def record_auto_bisections(
         self, dag_id: str, run_id: str, bisect_dag_id: str, rows: list[tuple[Any, str, bool]]
     ) -> None:
-        """Replace a night's automatic bisection rows: (``benchflow.analysis.auto_bisect.Suspect``, the bisect
+        """Replace a night's automatic bisection rows: (``benchflow.nightly.auto_bisect.Suspect``, the bisect
         run id it links to or '', whether this night started it)."""
         now = _now()
         with self.transaction() as tx:
@@ -434,7 +434,7 @@ __all__ = ["CONN_ID", "Finding", "RunRecord", "Transaction", "Validation", "Verd
 
 
 def _point_row(point: Any) -> list[Any]:
-    """A change point (benchflow.analysis.changepoints.ChangePoint) as ``change_points`` stores it, after the key."""
+    """A change point (benchflow.nightly.changepoints.ChangePoint) as ``change_points`` stores it, after the key."""
     return [
         point.night,
         point.run_id,

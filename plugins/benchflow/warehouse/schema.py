@@ -51,7 +51,7 @@ def view_statements() -> tuple[list[str], list[str]]:
     group = "campaign, dag_id, run_id, night, host, gpu_model, run_type, config, point, case_key, metric"
     creates += [
         "CREATE VIEW metric_samples AS " + " UNION ALL ".join(samples),
-        # the interval as benchflow.stats.summarize takes it: on the logs for positive values, else linear
+        # the interval as benchflow.analysis.stats.summarize takes it: on the logs for positive values, else linear
         f"CREATE VIEW case_summary AS SELECT {', '.join('g.' + c for c in group.split(', '))}, "
         "g.n, g.mean, g.median, g.std, "
         "CASE WHEN g.low > 0 THEN g.mean / EXP(t.t975 * g.std_log / SQRT(g.n)) "

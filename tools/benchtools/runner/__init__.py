@@ -5,7 +5,7 @@ shows them as well).
 The run itself is ``dag.test()`` in a child process (:mod:`.child`, its own session, its output into the log
 file); this process watches the run's task instances and the log file (:mod:`.watch`, :mod:`.metadata`) and
 prints the outcome (:mod:`.report`). Ctrl-C or SIGTERM ends the child, then undoes on the host what the run's
-teardowns would have done (each teardown whose setup had started, through :mod:`benchflow.cleanup`: stop the
+teardowns would have done (each teardown whose setup had started, through :mod:`benchflow.remote.cleanup`: stop the
 benchmark's process group, stop servers, restore the services, release the host) and marks the run failed
 through Airflow's models, so nothing is left running on the host and its services are back.
 """
@@ -98,8 +98,8 @@ def _follow(child: subprocess.Popen[bytes], watch: Watch, stop: list[int], verbo
 
 def _interrupted(spec: CampaignSpec, run_id: str, child: subprocess.Popen[bytes], signum: int, watch: Watch) -> int:
     """Stop the child (its whole process group), undo what the run's started setups did on the host, fail the run."""
-    from benchflow import cleanup
     from benchflow.factory import build_dag
+    from benchflow.remote import cleanup
 
     name = signal.Signals(signum).name
     watch.say(f"\n{clock()}  {name}: stopping the run, its benchmark, and restoring the services")

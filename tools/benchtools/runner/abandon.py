@@ -1,7 +1,7 @@
 """``bench down``'s last step, once the stack's processes are stopped: every campaign run still queued or running
 (a benchmark in its deferred wait, say) would otherwise stay so, its benchmark running on the host and the host's
 services stopped, with no triggerer or scheduler left to end it. For each, what its teardowns would have done is
-done here (:func:`benchflow.cleanup.undo_started`: the same clean-up ``bench run`` does on Ctrl-C: end the
+done here (:func:`benchflow.remote.cleanup.undo_started`: the same clean-up ``bench run`` does on Ctrl-C: end the
 benchmark's process group, stop servers, restore the services, release the host), then the run and its unfinished
 tasks are marked failed through Airflow's models.
 
@@ -14,8 +14,8 @@ import sys
 
 
 def main() -> int:
-    from benchflow.cleanup import undo_started
     from benchflow.factory import build_dag
+    from benchflow.remote.cleanup import undo_started
     from benchflow.spec import load_all
     from benchtools.runner import metadata
     from benchtools.runner.watch import STARTED

@@ -151,7 +151,7 @@ def plots(rows: pd.DataFrame, title: str) -> list[tuple[str, Any]]:
 def _bars(measured: pd.DataFrame, title: str, axis_name: str) -> Any:
     import matplotlib.pyplot as plt
 
-    from benchflow.stats import summarize
+    from benchflow.analysis.stats import summarize
 
     configs = sorted(measured["config"].unique())
     levels = sorted(measured[axis_name].dropna().unique())

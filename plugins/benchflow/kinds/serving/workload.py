@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from benchflow.manifest import cached_sha256
+from benchflow.payloads.manifest import cached_sha256
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 FILE_SUFFIXES = (".json", ".jsonl")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchflow.analysis.auto_bisect import bisect_run_id, choose
+from benchflow.nightly.auto_bisect import bisect_run_id, choose
 
 pytestmark = pytest.mark.unit
 

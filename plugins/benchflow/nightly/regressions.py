@@ -6,7 +6,7 @@ relative change of at least ``min_change`` in the worse direction, and a history
 then the spread decides:
 
 * when tonight repeated the case (serving phases repeat 3 times by default), tonight's repeats are compared
-  with every repeat of the baseline nights (:func:`benchflow.stats.compare`: Welch's t on the logs):
+  with every repeat of the baseline nights (:func:`benchflow.analysis.stats.compare`: Welch's t on the logs):
   the 95 % interval of the ratio must lie wholly on the worse side of 1;
 * with one value a night (a kernel sweep), the lookback z-score of tonight's value must pass ``z_threshold``
   (as conbench judges a result against its history's distribution).
@@ -15,7 +15,7 @@ Which way is worse is known per metric (each kind declares it). Thresholds are d
 overridable per GPU model (ReFrame-style). A finding records its interval and which test made it.
 
 Beyond tonight, every case's nightly series (the last 60 valid scheduled nights) is searched for change points
-(:mod:`benchflow.analysis.changepoints`, E-divisive means): each is stored with its night, commits and size, and a
+(:mod:`benchflow.nightly.changepoints`, E-divisive means): each is stored with its night, commits and size, and a
 recent one in the worse direction makes a run whose own check found nothing "suspected drift since <night>".
 
 A run's :class:`~benchflow.records.Verdict` has four states: regressed, fine against N baseline nights, suspected
@@ -52,7 +52,7 @@ def judge_repeats(
 ) -> Finding | None:
     """A finding when tonight's repeats are worse than the baseline nights' repeats: the ratio's 95 % interval
     lies on the worse side of 1 and its point estimate changes by at least ``min_change``."""
-    from benchflow.stats import compare
+    from benchflow.analysis.stats import compare
 
     if len(history) < limits.min_runs or len(tonight) < 2 or len(baseline) < 2:
         return None
@@ -176,8 +176,8 @@ def change_points(
     """(case_key, metric, ChangePoint, nights) for every change point of every case's nightly series up to
     ``until`` (the last :data:`SERIES_NIGHTS` valid scheduled nights on this GPU model, from an accepted
     baseline's first night on)."""
-    from benchflow.analysis.changepoints import Night
-    from benchflow.analysis.changepoints import change_points as find_points
+    from benchflow.nightly.changepoints import Night
+    from benchflow.nightly.changepoints import change_points as find_points
 
     series = queries.nightly_series(warehouse, campaign, gpu_model, until, SERIES_NIGHTS, since)
     out = []

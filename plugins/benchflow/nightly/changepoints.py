@@ -1,7 +1,7 @@
 """Change points in a case's nightly series: where its level moved, found over the whole history rather than
 tonight against the nights before it.
 
-The per-night check (:mod:`benchflow.analysis.regressions`) sees a step the size of the noise; it misses a drift
+The per-night check (:mod:`benchflow.nightly.regressions`) sees a step the size of the noise; it misses a drift
 of 2 % a week, whose every night looks like the nights just before it. E-divisive means (Matteson and James; the
 windowed form of Hunter, Fleming et al. 2023) finds the points that split a series into segments of different
 means, each with a significance; this module uses Apache Otava's implementation (``otava.analysis``, Hunter's
@@ -87,7 +87,7 @@ def change_points(
 ) -> list[ChangePoint]:
     """Every change point of a case's series (nights in time order), with its size between the segments on either
     side of it (up to the neighbouring change points) and the commits around it."""
-    from benchflow.stats import compare
+    from benchflow.analysis.stats import compare
 
     values = [n.value for n in nights]
     points = split_points(values, max_pvalue, min_magnitude)
