@@ -66,6 +66,18 @@ def fmt(value: float, decimals: int) -> str:
     return f"{value:.{max(decimals, 3 - math.floor(math.log10(abs(value))))}f}"
 
 
+def parse_tile(text: str) -> dict[str, int]:
+    """``BLOCK_M=32,BLOCK_N=64,...`` (the tile search's ``tile`` argument) as a config override; "" is none."""
+    keys = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
+    out: dict[str, int] = {}
+    for part in filter(None, text.split(",")):
+        key, _, value = part.partition("=")
+        if key not in keys or not value.isdigit():
+            raise argparse.ArgumentTypeError(f"--tile: {part!r} is not KEY=<int> with KEY one of {', '.join(keys)}")
+        out[key] = int(value)
+    return out
+
+
 def parse_m_list(text: str) -> list[int]:
     values = [int(v) for v in text.split(",") if v.strip()]
     if not values or any(v < 1 for v in values):
@@ -208,6 +220,9 @@ def build_parser(doc: str | None = __doc__) -> argparse.ArgumentParser:
     parser.add_argument("--no-graph", action="store_true", help="time eager calls, not a CUDA graph replay")
     parser.add_argument("--no-profile", action="store_true", help="skip the profiler's kernel time")
     parser.add_argument(
+        "--tile", type=parse_tile, default={}, help="BLOCK_M=..,BLOCK_N=..,..: the Triton tile to time (a tile search)"
+    )
+    parser.add_argument(
         "--energy-s",
         type=float,
         default=float(os.environ.get("BENCH_ENERGY_S") or 0),
@@ -329,6 +344,8 @@ class Sweep:
         e, h, i, k = (self.shape[key] for key in ("experts", "hidden", "inter", "topk"))
         x, weights, ids = make_tokens(m, e, h, k, self.dtype, self.device, seed=self.args.seed + m)
         config, source = get_config(m, e, h, i, k, self.w1.dtype, self.device_name)
+        if self.args.tile:  # the tile search's candidate, over what the table or the heuristic would take
+            config, source = {**config, **self.args.tile}, "tile"
         w1, w2, s1, s2 = self.w1, self.w2, self.s1, self.s2
         if self.impl == "triton":
 

@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchflow.parsing import strict_row
 from benchflow.paths import var_dir
 
 if TYPE_CHECKING:
@@ -105,7 +106,6 @@ def write_rows(folder: str, rows: list[dict[str, Any]]) -> None:
 
 def write_jsonl(folder: str, name: str, rows: list[dict[str, Any]]) -> None:
     """One JSON object per line (NaN and infinities as null: strict JSON), for a side table to load."""
-    from benchflow.parsing import strict_row
 
     with (at(folder) / name).open("w") as out:
         for row in rows:

@@ -31,6 +31,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, BaseOperator, Param, TaskGroup, TriggerRule, XComArg
 
+from benchflow import kinds
+from benchflow import pipeline as step
+from benchflow.deadline import OverBudget, outer_seconds_left, time_budget
 from benchflow.hosts import RUN_HOST, routing
 from benchflow.operators import (
     ARGS_KEY,
@@ -51,8 +54,20 @@ from benchflow.operators import (
     StopServersOperator,
     StopServicesOperator,
 )
-from benchflow.params import param_schemas
-from benchflow.pipeline import RESULTS_ASSET
+from benchflow.params import param_schemas, run_option_schemas
+from benchflow.paths import campaigns_dir
+from benchflow.pipeline import BISECTIONS_KEY, RESULTS_ASSET
+from benchflow.searches import bisect_campaign
+from benchflow.spec import (
+    DAG_PREFIX,
+    LIMITS,
+    FieldError,
+    RejectedSpecs,
+    SpecError,
+    benchmark_model,
+    load_checked,
+    spec_paths,
+)
 from benchflow.telemetry.run import FILES as TELEMETRY_FILES
 
 if TYPE_CHECKING:
@@ -89,8 +104,6 @@ def raise_rejected(folder: Path | None = None) -> None:
     it as the file's import error. Specs are read and checked, never built; nothing when parsing for one task."""
     from airflow.sdk import get_parsing_context
 
-    from benchflow.spec import RejectedSpecs
-
     if get_parsing_context().dag_id is None:
         _, errors = build_all(build=False, register=False, folder=folder)
         if errors:
@@ -114,8 +127,6 @@ def build_all(
     ``only_dag``: the one DAG a worker parses the file for, to run one of its tasks (Airflow's parsing context):
     only its spec is read and built, not every campaign's."""
     import gc
-
-    from benchflow.spec import DAG_PREFIX, spec_paths
 
     paths, errors = spec_paths(folder)
     if only_dag is not None:
@@ -146,8 +157,6 @@ def _build_into(
 ) -> bool:
     """Build one spec into ``dags`` (or its error into ``errors``) within its budget, ``quick`` s at most when given,
     and never past :data:`FILE_RESERVE_S` before the DAG file's import timeout; False: it needs more than ``quick``."""
-    from benchflow.deadline import OverBudget, outer_seconds_left
-    from benchflow.spec import LIMITS, FieldError, SpecError
 
     seconds = LIMITS.build_seconds()
     if (left := outer_seconds_left()) is not None:
@@ -181,9 +190,6 @@ def warm_up() -> None:
     import croniter  # noqa: F401
     import jsonschema  # noqa: F401
 
-    from benchflow import kinds
-    from benchflow.spec import benchmark_model
-
     for kind in kinds.all_kinds():
         benchmark_model(kind.name)
     with DAG(dag_id="bench_warm_up", schedule="@daily", start_date=START_DATE, catchup=False, auto_register=False):
@@ -196,8 +202,6 @@ def load_and_build(
     """One spec read, checked and (when ``build``) built within its time budget (``seconds``, a spec's by
     default); every failure, the budget's included, is a :class:`SpecError` of its file (``over_budget``: the
     budget's is :class:`~benchflow.deadline.OverBudget`, to try again). ``bench validate`` runs exactly this."""
-    from benchflow.deadline import OverBudget, time_budget
-    from benchflow.spec import LIMITS, FieldError, SpecError, load_checked
 
     seconds = seconds or LIMITS.build_seconds()
     try:
@@ -217,8 +221,6 @@ def load_and_build(
 
 def build_checked(spec: CampaignSpec, path: Path | None = None, register: bool = True) -> DAG:
     """:func:`build_dag`, with a failure reported as a :class:`SpecError` of the spec's file."""
-    from benchflow.paths import campaigns_dir
-    from benchflow.spec import FieldError, SpecError
 
     try:
         return build_dag(spec, register)
@@ -286,8 +288,6 @@ def _deadline(spec: CampaignSpec) -> Any:
 
 
 def _run_options(spec: CampaignSpec) -> dict[str, tuple[Any, dict[str, Any]]]:
-    from benchflow.params import run_option_schemas
-
     git = spec.git_payload
     searches = getattr(spec.benchmark, "search", None) is not None
     return run_option_schemas(
@@ -488,8 +488,6 @@ def _results(spec: CampaignSpec, preflight: BaseOperator, deploy: BaseOperator, 
     """parse → validate → load → detect_regressions → verdict: each a PythonOperator running a pipeline step
     (:mod:`benchflow.pipeline`, XCom dicts in and out). Plain operators rather than TaskFlow: a TaskFlow task
     costs five times as much to build at every DAG parse, and here they would only wrap these calls."""
-    from benchflow import pipeline as step
-    from benchflow.pipeline import BISECTIONS_KEY
 
     def run(name: str, callable_: Any, **kwargs: Any) -> PythonOperator:
         return PythonOperator(task_id=name, python_callable=partial(callable_, spec), **kwargs)
@@ -528,8 +526,6 @@ def _decide(spec: CampaignSpec, decide_spec: Decide, detect: BaseOperator, run: 
     bisect (a git payload) or ignore, with a reason; unanswered within the spec's hours, its default is taken."""
     from airflow.providers.standard.operators.hitl import HITLOperator
 
-    from benchflow import pipeline as step
-
     options = step.decision_options(spec)
     gate = run("needs_decision", step.needs_decision_task)
     decide = HITLOperator(
@@ -552,11 +548,9 @@ def _auto_bisect(planned: BaseOperator, task_id: str = "bisect_regression") -> N
     own, so a range seen again is never bisected twice; the UI links each run it started."""
     from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 
-    from benchflow.nightly.auto_bisect import BISECT_DAG_ID
-
     TriggerDagRunOperator.partial(
         task_id=task_id,
-        trigger_dag_id=BISECT_DAG_ID,
+        trigger_dag_id=bisect_campaign.DAG_ID,
         skip_when_already_exists=True,
         wait_for_completion=False,
         retries=0,

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from benchflow import params
+from benchflow import artifacts, params, payloads
 from benchflow.hosts import Host, HostError, get_host
 from benchflow.paths import HOST_CORE, HOST_CORE_DIR, kernels_dir
 from benchflow.payloads.manifest import MANIFEST_NAME, cached_sha256
+from benchflow.pipeline import Fetched
 from benchflow.records import SERVER_ERROR_KEY
 from benchflow.remote import cleanup, gpus, jobs, layout, lease, preflight
 
@@ -253,8 +254,6 @@ class DeployPayloadOperator(HostOperator):
         self.shipped = shipped or []
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from benchflow import payloads
-
         target = f"{self.rundir(context)}/payload"
         self.host.put_tree(HOST_CORE_DIR, f"{target}/{HOST_CORE}")
         for name in self.requires:
@@ -453,9 +452,6 @@ class FetchArtifactsOperator(HostOperator):
         self.jobs = jobs or [BENCH_JOB]
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from benchflow import artifacts
-        from benchflow.pipeline import Fetched
-
         rundir = self.rundir(context)
         store = artifacts.store(context["dag"].dag_id, context["run_id"])
         chosen = run_configs(context)  # a run of some configs has the jobs of those only
@@ -499,7 +495,7 @@ class DoneMarkerSensor(HostOperator, BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable or self.poke(context):
             return super().execute(context) if not self.deferrable else None
-        from benchflow.triggers import DoneMarkerTrigger
+        from benchflow.triggers import DoneMarkerTrigger  # the triggerer's code: not at DAG parse
 
         trigger = DoneMarkerTrigger(
             host_id=self.host_id,
@@ -601,7 +597,7 @@ class LaunchSamplerOperator(HostOperator):
         return {**self._start_gpus(context), **started}
 
     def _start_gpus(self, context: Context) -> dict[str, Any]:
-        from benchflow.remote import sampler
+        from benchflow.remote import sampler  # the sampler's commands: in the telemetry tasks only
 
         paths = self.job(context)
         if str(dict(self.facts or {}).get("gpu_count", "0")) == "0":
@@ -618,7 +614,7 @@ class LaunchSamplerOperator(HostOperator):
         return self._start(context, paths, command, "telemetry sampler", "sampler")
 
     def _start_metrics(self, context: Context) -> str:
-        from benchflow.remote import sampler
+        from benchflow.remote import sampler  # the sampler's commands: in the telemetry tasks only
 
         paths = self.job(context, METRICS_JOB)
 
@@ -631,7 +627,7 @@ class LaunchSamplerOperator(HostOperator):
 
     def _start(self, context: Context, paths: Any, command: Any, what: str, key: str) -> dict[str, Any]:
         """Attach to the job when it runs (a retry), else launch it and wait for its first samples."""
-        from benchflow.remote import sampler
+        from benchflow.remote import sampler  # the sampler's commands: in the telemetry tasks only
 
         if (running := self.status(paths)).alive:
             self.claim(paths, context["run_id"])

@@ -342,7 +342,6 @@ def check_conf(
     campaign has each one, the lists that go together still do, and the command line fits; ValueError names
     the first problem. Runs before anything irreversible (stopping services), and its result is what every
     later step of the run uses."""
-    from benchflow.remote.layout import render_args
 
     if (where := non_finite(dict(params or {}))) is not None:
         raise ValueError(f"param {where}: NaN and Infinity are not numbers a benchmark can take")
@@ -362,6 +361,8 @@ def check_conf(
                     raise ValueError(f"param {name!r}: {exc}") from None
     resolved = overlay(args, params, form)
     check_pairs(args, resolved, paired)
+    from benchflow.remote.layout import render_args  # the SSH provider: the kinds and `bench sql` import no Airflow
+
     rendered = render_args(resolved)
     if with_servers:
         rendered += " " + server_args(params)

@@ -18,6 +18,8 @@ from airflow.sdk import Asset
 
 from benchflow import artifacts, kinds
 from benchflow.paths import project_git_sha
+from benchflow.records import SERVER_ERROR_KEY, RunRecord, Validation, verdict_text
+from benchflow.telemetry.run import FILES, RunTelemetry, ServerOf, merge
 
 if TYPE_CHECKING:
     from benchflow.kinds import ResultKind
@@ -88,8 +90,6 @@ class RunContext:
 
     @classmethod
     def of(cls, spec: CampaignSpec, run_args: dict[str, Any]) -> RunContext:
-        from benchflow.telemetry.run import ServerOf
-
         configs = {c.name: {s.name: s.gpus for s in c.servers} for c in spec.configs}
         servers = []
         for config in spec.configs:
@@ -183,7 +183,6 @@ def add_telemetry(
     """The rows with their phases' telemetry (the kind's hook), and the run's samples and per-phase GPU figures
     written beside them for the telemetry tables; a note on where the figures came from, and on the rows that
     are not ``ok``."""
-    from benchflow.telemetry.run import FILES, RunTelemetry, merge
 
     folder = artifacts.at(fetched.store)
 
@@ -214,8 +213,7 @@ def add_telemetry(
 
 def validate(parsed: Parsed, kind: ResultKind, suite_params: dict[str, Any]) -> Validation:
     """Run the kind's GX suite over the parsed rows; writes nothing."""
-    from benchflow.expectations import validate_rows
-    from benchflow.records import Validation
+    from benchflow.expectations import validate_rows  # Great Expectations: in the validate task only
 
     rows = artifacts.read_rows(parsed.store)
     if not rows:
@@ -232,7 +230,6 @@ def run_record(
     deployed: dict[str, Any] | None,
 ) -> RunRecord:
     """The ``runs`` row of the current DAG run."""
-    from benchflow.records import RunRecord
 
     dag_run = context["dag_run"]
     run_type = getattr(dag_run, "run_type", None)
@@ -283,8 +280,8 @@ def load(warehouse: Warehouse, record: RunRecord, kind: ResultKind, parsed: Pars
 def detect(warehouse: Warehouse, spec: CampaignSpec, run_id: str) -> Verdict:
     """Judge the loaded run against its baseline (see :mod:`benchflow.nightly.regressions`); store the findings
     and the verdict (regressed, fine against N nights, or not judged and why)."""
-    from benchflow.nightly.regressions import assess
-    from benchflow.warehouse import queries
+    from benchflow.nightly.regressions import assess  # the nightly check: in its task, never at DAG parse
+    from benchflow.warehouse import queries  # the warehouse: a task's, never loaded at DAG parse
 
     limits = spec.regressions.for_gpu(queries.run_gpu_model(warehouse, spec.dag_id, run_id))
     verdict = assess(warehouse, spec.dag_id, run_id, limits)
@@ -310,7 +307,6 @@ def parse_task(spec: CampaignSpec, fetched: dict[str, Any], run_args: dict[str, 
 
 def dead(spec: CampaignSpec, context: dict[str, Any]) -> list[str]:
     """What the servers_ready step of each config said of a server that died (none when all came up)."""
-    from benchflow.records import SERVER_ERROR_KEY
 
     ti = context.get("ti")
     if ti is None:
@@ -338,8 +334,7 @@ def load_task(
     deployed: dict[str, Any] | None,
     **context: Any,
 ) -> dict[str, Any]:
-    from benchflow.records import Validation
-    from benchflow.warehouse import Warehouse
+    from benchflow.warehouse import Warehouse  # the warehouse: a task's, never loaded at DAG parse
 
     step = Parsed.from_xcom(parsed)
     validation = Validation(**{**validated, "row_reasons": {int(k): v for k, v in validated["row_reasons"].items()}})
@@ -363,8 +358,8 @@ BISECTIONS_KEY = "bisections"  # detect_regressions' XCom: the bisections to tri
 
 
 def detect_task(spec: CampaignSpec, loaded: dict[str, Any], run_id: str, **context: Any) -> dict[str, Any]:
-    from benchflow.nightly.regressions import notify
-    from benchflow.warehouse import Warehouse
+    from benchflow.nightly.regressions import notify  # the nightly check: in its task, never at DAG parse
+    from benchflow.warehouse import Warehouse  # the warehouse: a task's, never loaded at DAG parse
 
     verdict = detect(Warehouse.from_airflow(), spec, run_id)
     findings = verdict.findings
@@ -376,7 +371,7 @@ def detect_task(spec: CampaignSpec, loaded: dict[str, Any], run_id: str, **conte
     print(f"verdict: {verdict.text()}")
     notify(spec.regressions.notify, spec.dag_id, run_id, findings)
     if spec.regressions.bisect is not None:
-        from benchflow.nightly.auto_bisect import plan
+        from benchflow.nightly.auto_bisect import plan  # the nightly check: in its task, never at DAG parse
 
         context["ti"].xcom_push(
             key=BISECTIONS_KEY, value=plan(spec, Warehouse.from_airflow(), spec.dag_id, run_id, verdict)
@@ -411,13 +406,12 @@ def needs_decision_task(spec: CampaignSpec, run_id: str, **context: Any) -> str:
     """Skip the decision unless the night regressed or drifted; else say what the person is deciding on."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    from benchflow.warehouse import Warehouse, queries
+    from benchflow.warehouse import Warehouse, queries  # the warehouse: a task's, never loaded at DAG parse
 
     found = queries.run_record(Warehouse.from_airflow(), spec.dag_id, run_id)
     run = found.iloc[0].to_dict() if len(found) else {}
     if run.get("verdict") not in DECIDE_ON:
         raise AirflowSkipException(f"nothing to decide: the night is {run.get('verdict') or 'not loaded'}")
-    from benchflow.records import verdict_text
 
     said = verdict_text(run["verdict"], run.get("verdict_detail"), run.get("baseline_runs"), run.get("regressions"))
     print(f"asking: {said}")
@@ -427,7 +421,7 @@ def needs_decision_task(spec: CampaignSpec, run_id: str, **context: Any) -> str:
 def record_decision_task(spec: CampaignSpec, decision: dict[str, Any], run_id: str, **context: Any) -> list[Any]:
     """Store what the person chose (or the default, when nobody answered in time); an accepted night starts the
     baseline again. Returns the bisections to trigger (one for 'bisect' on a git campaign, else none)."""
-    from benchflow.warehouse import Warehouse, queries
+    from benchflow.warehouse import Warehouse, queries  # the warehouse: a task's, never loaded at DAG parse
 
     warehouse = Warehouse.from_airflow()
     run = queries.run_record(warehouse, spec.dag_id, run_id).iloc[0].to_dict()
@@ -453,8 +447,8 @@ def record_decision_task(spec: CampaignSpec, decision: dict[str, Any], run_id: s
         print(f"the baseline of {spec.name} on {run['gpu_model']} starts again at this night ({row['night_at']})")
     if chosen != "bisect" or spec.git_payload is None:
         return []
-    from benchflow.nightly.auto_bisect import plan
-    from benchflow.nightly.regressions import assess
+    from benchflow.nightly.auto_bisect import plan  # the nightly check: in its task, never at DAG parse
+    from benchflow.nightly.regressions import assess  # the nightly check: in its task, never at DAG parse
 
     verdict = assess(warehouse, spec.dag_id, run_id, spec.regressions.for_gpu(str(run["gpu_model"])))
     return plan(spec, warehouse, spec.dag_id, run_id, verdict, asked=True)
@@ -465,7 +459,7 @@ def verdict_task(spec: CampaignSpec, load_task_id: str, ti: Any, **context: Any)
     failed before its load is recorded as ``failed`` (no rows), so that the warehouse counts every run."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from benchflow.warehouse import Warehouse
+    from benchflow.warehouse import Warehouse  # the warehouse: a task's, never loaded at DAG parse
 
     loaded = ti.xcom_pull(task_ids=load_task_id)
     if loaded is None:

@@ -32,9 +32,14 @@ from pydantic import (
     model_validator,
 )
 
+from benchflow import kinds
+from benchflow.analysis.bottleneck import rules
 from benchflow.hosts import edge_queue
+from benchflow.params import check_defaults
 from benchflow.paths import campaigns_dir, kernels_dir
+from benchflow.payloads import GitPayload
 from benchflow.space import ConfigSpace, show
+from benchhost.telemetry.validity import Limits
 
 if TYPE_CHECKING:
     from benchflow.kinds import ResultKind
@@ -126,8 +131,6 @@ class GitPayloadSpec(_Model):
 
     @model_validator(mode="after")
     def _checked(self) -> GitPayloadSpec:
-        from benchflow.payloads import GitPayload
-
         GitPayload(self.repo, self.ref, self.path)  # PayloadError is a ValueError: it names the repo and field
         return self
 
@@ -286,8 +289,6 @@ class Benchmark(_Model):
     @model_validator(mode="before")
     @classmethod
     def _renamed(cls, data: Any) -> Any:
-        from benchflow import kinds
-
         if isinstance(data, dict) and "parser" in data:
             old = str(data["parser"])
             kind = next((k.name for k in kinds.all_kinds() if old in k.former_names), None)
@@ -297,15 +298,12 @@ class Benchmark(_Model):
 
 
 def _default_kind() -> str:
-    from benchflow import kinds
-
     return kinds.default().name
 
 
 @cache
 def benchmark_model(kind: str) -> type[Benchmark]:
     """The ``benchmark`` section of a spec of ``kind``: the common fields and the kind's own."""
-    from benchflow import kinds
 
     options = kinds.get(kind).options
     bases: Any = (Benchmark, options)
@@ -316,8 +314,6 @@ def benchmark_model(kind: str) -> type[Benchmark]:
 def _benchmark_of_kind(value: Any, kind_name: str | None) -> Benchmark:
     """Validate a ``benchmark`` section as its kind has it; its argument defaults must fit their trigger-form
     fields (or the DAG could not be built). Field errors keep their place (``benchmark.repeats``)."""
-    from benchflow import kinds
-    from benchflow.params import check_defaults
 
     if isinstance(value, Benchmark):
         return value
@@ -386,8 +382,6 @@ class Validity(_Model):
     max_others_busy_pct: float | None = Field(default=None, ge=0, le=100, description="others' CPU use, %; null: off")
 
     def limits(self) -> Any:
-        from benchhost.telemetry.validity import Limits
-
         return Limits(**self.model_dump())
 
 
@@ -482,8 +476,6 @@ class CampaignSpec(_Model):
     @field_validator("bottleneck")
     @classmethod
     def _known_thresholds(cls, value: dict[str, float]) -> dict[str, float]:
-        from benchflow.analysis.bottleneck import rules
-
         rules().with_thresholds(value)  # an unknown name is refused, naming the known ones
         return value
 
@@ -495,8 +487,6 @@ class CampaignSpec(_Model):
     @field_validator("kind")
     @classmethod
     def _known_kind(cls, value: str) -> str:
-        from benchflow import kinds
-
         if value not in kinds.names():
             raise ValueError(f"no result kind {value!r} (known: {', '.join(kinds.names())})")
         return value
@@ -575,8 +565,6 @@ class CampaignSpec(_Model):
 
     @property
     def result_kind(self) -> ResultKind:
-        from benchflow import kinds
-
         return kinds.get(self.kind)
 
     @property
@@ -715,7 +703,7 @@ def _message(error: Any, data: dict[str, Any]) -> str:
         return str(error["msg"])
     loc = tuple(error["loc"])
     if len(loc) == 2 and loc[0] == "benchmark":
-        from benchflow import kinds
+        from benchflow import kinds  # the kinds import this module: at call time, no circle
 
         owners = [k.name for k in kinds.all_kinds() if loc[1] in k.options.model_fields]
         if owners:

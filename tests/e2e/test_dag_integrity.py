@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from benchflow.searches.listener import SEARCH_DAGS
 from benchflow.spec import load_all
 from tests.conftest import PROJECT_ROOT
 
@@ -74,7 +75,13 @@ def test_a_worker_parsing_for_one_campaigns_task_builds_that_campaign_alone(tmp_
     )
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(result.stdout.strip().splitlines()[-1])
-    assert set(found["dags"]) == {"bench_serving_local", "bench_report", "bench_bisect", "bench_config_search"}
+    assert set(found["dags"]) == {
+        "bench_serving_local",
+        "bench_report",
+        "bench_bisect",
+        "bench_config_search",
+        "bench_tile_search",
+    }
     assert found["errors"] == {}  # the broken spec is not this task's: not read
 
 
@@ -85,7 +92,7 @@ def test_no_import_errors(parsed):
 def test_every_spec_yields_a_dag_and_the_report_dag_exists(parsed):
     specs, errors = load_all()
     assert errors == []
-    assert {s.dag_id for s in specs} | {"bench_report", "bench_bisect", "bench_config_search"} == set(parsed["dags"])
+    assert {s.dag_id for s in specs} | {"bench_report", *SEARCH_DAGS} == set(parsed["dags"])
     assert parsed["dags"]["bench_report"] == ["render_plots"]
 
 

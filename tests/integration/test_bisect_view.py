@@ -117,6 +117,11 @@ def test_a_bisection_is_stored_and_its_probe_chain_shown(filled):
     assert "bisection/bench_bisect/manual__bisect" in listing and "found" in listing
     assert "../bisection/bench_bisect/manual__bisect" in http.get("/campaign/toy").text
     assert http.get("/bisection/bench_bisect/nope").status_code == 404
+    # every search, whatever its strategy, on one list and one page kit: its keys in the answer's order
+    assert "search/bench_bisect/manual__bisect" in http.get("/searches").text
+    generic = http.get("/search/bench_bisect/manual__bisect").text
+    assert "bisect search of toy" in generic and SHAS[10] in generic and "its own page" in generic
+    assert http.get("/search/bench_bisect/nope").status_code == 404
 
     saved_again = engine.save(bisection, warehouse, "bench_bisect", "manual__bisect")  # replaced, never doubled
     assert saved_again == result and len(queries.bisection_probes(warehouse, "bench_bisect", "manual__bisect")) == len(

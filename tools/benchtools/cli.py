@@ -180,6 +180,11 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     return _search("bisect", "bisect", args.campaign, args.conf, fields)
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    """A tile search of a kernel campaign on this machine (each probe a bench run)."""
+    return _search("tune", "tiles", args.campaign, args.conf, {"case": args.case})
+
+
 def _search(command: str, strategy: str, campaign: str, text: str | None, fields: dict[str, Any]) -> int:
     """One search through the search engine's steps, each probe a bench run; 2 for a conf it refuses."""
     from benchflow.params import ConfError
@@ -507,6 +512,19 @@ SUBCOMMANDS: list[tuple[str, Callable[[argparse.Namespace], int], str, str, list
         [
             arg("campaign", help="campaign name (include/campaigns/<name>.yaml) whose spec has a space"),
             arg("--conf", help='JSON: levels, max_probes, max_hours, reuse (e.g. {"max_probes": 20})'),
+        ],
+    ),
+    (
+        "tune",
+        cmd_tune,
+        "find the tile that makes one token count fastest",
+        "Race the tiles of a campaign whose benchmark takes a tile (benchmark.args.tile): every tile once, "
+        "then again only those the values cannot tell apart from the best. Each probe is a bench run; the answer "
+        "lands in the warehouse (searches, search_keys). Exits 1 when no tile was measured.",
+        [
+            arg("campaign", help="campaign name (include/campaigns/<name>.yaml) whose benchmark takes a tile"),
+            arg("--case", default="m=64", help="the token count to tune for, e.g. m=64"),
+            arg("--conf", help="JSON: tiles, metric, repeats, max_samples, max_probes, max_hours"),
         ],
     ),
     (

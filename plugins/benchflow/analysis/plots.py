@@ -11,6 +11,8 @@ import io
 from typing import TYPE_CHECKING, Any
 
 from benchflow import kinds
+from benchflow.records import verdict_text
+from benchflow.spec import DAG_PREFIX, RESERVED_NAMES
 from benchflow.warehouse import queries
 
 if TYPE_CHECKING:
@@ -24,7 +26,6 @@ def report_targets(events: Any) -> tuple[list[tuple[str, str]], list[str]]:
     """The (dag_id, run_id) of each ``bench_results`` event that a campaign run's load emitted, and why each
     other one is ignored: an event posted through the REST API, or by another DAG, may name any run, so its
     ``extra`` must name the run that emitted it (``source_dag_id``/``source_run_id``) and a campaign DAG."""
-    from benchflow.spec import DAG_PREFIX, RESERVED_NAMES
 
     found: list[tuple[str, str]] = []
     ignored: list[str] = []
@@ -73,7 +74,6 @@ def render(warehouse: Warehouse, dag_id: str, run_id: str, out: ObjectStoragePat
 
 def verdict_line(warehouse: Warehouse, dag_id: str, run_id: str) -> str:
     """The run's verdict as ``runs`` stores it: regressed, fine against N baseline nights, or not judged and why."""
-    from benchflow.records import verdict_text
 
     run = queries.run_record(warehouse, dag_id, run_id)
     if not len(run):

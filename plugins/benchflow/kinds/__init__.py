@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from benchflow.kinds.options import BenchmarkOptions
 from benchflow.parsing import Format, ParsedRun, ParseError
+from benchflow.telemetry import columns
+from benchflow.telemetry.columns import UNITS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -307,7 +309,6 @@ def _levels(values: pd.Series) -> pd.Series:
 
 def telemetry_columns(types: Mapping[str, ColumnType]) -> tuple[Column, ...]:
     """Columns the telemetry adds to a kind (:mod:`benchflow.telemetry.columns`), with their units."""
-    from benchflow.telemetry.columns import UNITS
 
     return tuple(
         Column(name, kind, UNITS.get(name, ""), digits=3 if kind == "float" else None) for name, kind in types.items()
@@ -317,7 +318,6 @@ def telemetry_columns(types: Mapping[str, ColumnType]) -> tuple[Column, ...]:
 def _telemetry_tables() -> tuple[SideTable, ...]:
     """The raw samples and the per-phase, per-GPU figures of a run, whatever its kind (from files the pipeline's
     parse step writes into the run's store)."""
-    from benchflow.telemetry import columns
 
     return (
         SideTable("telemetry_samples", telemetry_columns(columns.SAMPLES), "telemetry_samples.jsonl"),

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from benchflow.searches.bisect_campaign import DAG_ID as BISECT_DAG_ID
+from benchflow.spec import AutoBisect
+from benchflow.warehouse import queries
 
 if TYPE_CHECKING:
     from benchflow.records import Verdict
@@ -70,7 +72,6 @@ def finding_ranges(
     """Each case and metric of a scheduled night: the range a regression of it names. Walking back from tonight
     over the nights that found it regressed too, bad is the commit of the first of them and good the commit of
     the night before: a regression that lasts several nights names the same range every night."""
-    from benchflow.warehouse import queries
 
     tonight = queries.run_means(warehouse, dag_id, run_id)
     if not len(tonight):
@@ -108,8 +109,6 @@ def plan(
     """Record the night's suspects and return the bisections to trigger now (``trigger_run_id`` and ``conf``
     each, for a mapped ``TriggerDagRunOperator``): none for a campaign without ``regressions.bisect``, unless a
     person ``asked`` for one (then within the default budget)."""
-    from benchflow.spec import AutoBisect
-    from benchflow.warehouse import queries
 
     budget = spec.regressions.bisect or (AutoBisect() if asked else None)
     if budget is None or not (verdict.findings or verdict.change_points):

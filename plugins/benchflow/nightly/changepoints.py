@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from benchflow.analysis.stats import compare
+
 MAX_PVALUE = 0.001  # of each change point (Otava's t-test between the segments around it)
 MIN_MAGNITUDE = 0.01  # a relative change smaller than 1 % is not reported (noise of the order of the repeats)
 WINDOW = 30  # nights Otava's split step looks at together
@@ -87,7 +89,6 @@ def change_points(
 ) -> list[ChangePoint]:
     """Every change point of a case's series (nights in time order), with its size between the segments on either
     side of it (up to the neighbouring change points) and the commits around it."""
-    from benchflow.analysis.stats import compare
 
     values = [n.value for n in nights]
     points = split_points(values, max_pvalue, min_magnitude)

@@ -32,6 +32,9 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Literal
 
 from benchflow import kinds
+from benchflow.analysis.stats import compare
+from benchflow.nightly.changepoints import Night
+from benchflow.nightly.changepoints import change_points as find_points
 from benchflow.records import Finding, Verdict
 from benchflow.warehouse import queries
 
@@ -52,7 +55,6 @@ def judge_repeats(
 ) -> Finding | None:
     """A finding when tonight's repeats are worse than the baseline nights' repeats: the ratio's 95 % interval
     lies on the worse side of 1 and its point estimate changes by at least ``min_change``."""
-    from benchflow.analysis.stats import compare
 
     if len(history) < limits.min_runs or len(tonight) < 2 or len(baseline) < 2:
         return None
@@ -176,8 +178,6 @@ def change_points(
     """(case_key, metric, ChangePoint, nights) for every change point of every case's nightly series up to
     ``until`` (the last :data:`SERIES_NIGHTS` valid scheduled nights on this GPU model, from an accepted
     baseline's first night on)."""
-    from benchflow.nightly.changepoints import Night
-    from benchflow.nightly.changepoints import change_points as find_points
 
     series = queries.nightly_series(warehouse, campaign, gpu_model, until, SERIES_NIGHTS, since)
     out = []

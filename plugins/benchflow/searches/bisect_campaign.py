@@ -22,9 +22,10 @@ import re
 import statistics
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from benchflow.params import HOST, PAYLOAD_REF, ConfError, check_conf
+from benchflow import payloads
+from benchflow.params import HOST, PAYLOAD_REF, ConfError, check_conf, check_fields
 from benchflow.searches.bisection import Bisection, Budget
-from benchflow.searches.engine import Probe, Search, register
+from benchflow.searches.engine import Probe, Search, register, started_at
 
 if TYPE_CHECKING:
     from benchflow.spec import CampaignSpec
@@ -144,7 +145,6 @@ PARAMS: dict[str, tuple[Any, dict[str, Any]]] = {
 
 def checked_conf(conf: dict[str, Any]) -> dict[str, Any]:
     """The conf with its defaults, each field against its schema; :class:`ConfError` names the first bad one."""
-    from benchflow.params import check_fields
 
     out = check_fields(conf, PARAMS, "a bisection")
     if out["max_samples"] < out["repeats"]:
@@ -170,7 +170,6 @@ def probe_conf(spec: CampaignSpec, conf: dict[str, Any], sha: str, host: str | N
 
 def _ends(spec: CampaignSpec, conf: dict[str, Any]) -> tuple[str, str, list[str]]:
     """Good and bad as commits, and the commits after good that change the payload folder (bad last)."""
-    from benchflow import payloads
 
     git = spec.git_payload
     assert git is not None
@@ -209,7 +208,7 @@ def reuse(search: Search, bisection: Bisection, spec: CampaignSpec, warehouse: W
     valid run, the same spec, the same trigger conf but for what only selects the case (:func:`measuring`), at least
     ``repeats`` values and no more spread among them than the spec's ``validity.repeat_cv_max``. The latest such
     run of a commit is used, alone; every run passed over is named in ``facts["not_reused"]``, with why."""
-    from benchflow.warehouse import queries
+    from benchflow.warehouse import queries  # the warehouse: a task's, never loaded at DAG parse
 
     facts = search.facts
     latest = queries.latest_valid_runs(warehouse, search.campaign)
@@ -340,7 +339,7 @@ class BisectStrategy:
         warehouse: Warehouse,
     ) -> dict[str, Any]:
         """The probe's values of the case and metric; a run that loaded none gives why."""
-        from benchflow.warehouse import queries
+        from benchflow.warehouse import queries  # the warehouse: a task's, never loaded at DAG parse
 
         (sha,) = probe.keys
         if not warehouse.schema_version() > 0:
@@ -365,9 +364,17 @@ class BisectStrategy:
         ]
         return result
 
+    def keys(self, result: dict[str, Any]) -> list[dict[str, Any]]:
+        """The probe chain, oldest commit first: each commit's verdict and its ratio to good with the interval."""
+        return [
+            {"key": link["sha"], "verdict": link["verdict"], "n": link["n"], "detail": link,
+             **({"value": link["vs_good"]["ratio"], "low": link["vs_good"]["low"], "high": link["vs_good"]["high"]}
+                if link["vs_good"] else {})}
+            for link in result["chain"]
+        ]  # fmt: skip
+
     def write(self, warehouse: Warehouse, dag_id: str, run_id: str, search: Search, result: dict[str, Any]) -> None:
-        from benchflow.searches.engine import started_at
-        from benchflow.warehouse import search_writes
+        from benchflow.warehouse import search_writes  # the warehouse: a task's, never loaded at DAG parse
 
         started = started_at(self.load(search))
         search_writes.save_bisection(warehouse, dag_id, run_id, search, result, started)

@@ -23,9 +23,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
 
+from benchflow import kinds
 from benchflow.params import CONFIGS, SEARCH
 from benchflow.searches.configs import ConfigSearch, Measure, levels
-from benchflow.searches.engine import Probe, Search, register
+from benchflow.searches.engine import Probe, Search, campaign_spec, register, started_at
+from benchflow.space import gpu_count
+from benchhost import loadsearch
 
 if TYPE_CHECKING:
     from benchflow.spec import CampaignSpec
@@ -96,7 +99,6 @@ def config_hash(spec: CampaignSpec, name: str) -> str:
 def fewest_prompts(search: Any) -> int:
     """The fewest prompts a probe needs to decide the SLO's percentiles at the search's confidence, and to put the
     range's top load on the server (a probe of P requests never has more than P in flight)."""
-    from benchhost import loadsearch
 
     def enough(n: int) -> bool:
         return not loadsearch.undersized(search.slo, n, search.confidence)
@@ -121,7 +123,7 @@ def _grid(search: Any, configs: int) -> dict[str, int]:
 def reuse(search: Search, state: ConfigSearch, warehouse: Warehouse) -> list[str]:
     """Seed each config whose latest valid measure by an earlier search has the same config hash and settings,
     on the payload and GPU model of the campaign's latest valid run."""
-    from benchflow.warehouse import queries
+    from benchflow.warehouse import queries  # the warehouse: a task's, never loaded at DAG parse
 
     facts = search.facts
     latest = queries.latest_valid_runs(warehouse, search.campaign)
@@ -171,8 +173,7 @@ def probe_measures(
     spec: CampaignSpec, warehouse: Warehouse, probe: Probe, search: ConfigSearch, price: dict[str, float]
 ) -> dict[str, Any]:
     """Per config of one probe run: its measure, or why there is none (text)."""
-    from benchflow import kinds
-    from benchflow.warehouse import queries
+    from benchflow.warehouse import queries  # the warehouse: a task's, never loaded at DAG parse
 
     run_id, names = probe.run_id, probe.keys
     if warehouse.schema_version() == 0:
@@ -228,7 +229,7 @@ def pass_load_figures(
 ) -> dict[str, dict[str, Any]]:
     """Per config, at its pass load: output tokens/s per GPU, tokens/s per user, J/token, cost per million tokens
     at the spec's prices, the bottleneck verdict there, and whether its rows were valid."""
-    from benchflow.warehouse import queries
+    from benchflow.warehouse import queries  # the warehouse: a task's, never loaded at DAG parse
 
     rows = queries.pass_load_rows(warehouse, spec.result_kind.table, spec.dag_id, run_id)
     verdicts = queries.bottlenecks(warehouse, spec.dag_id, run_id)
@@ -342,8 +343,6 @@ class ConfigStrategy:
         """Expand the space, derive the levels, seed what earlier searches measured."""
         import time
 
-        from benchflow.space import gpu_count
-
         assert spec.space is not None
         expansion = spec.space.expand()
         load = spec.benchmark.search  # type: ignore[attr-defined]
@@ -416,8 +415,6 @@ class ConfigStrategy:
             algo.record(key, found)
 
     def answer(self, search: Search, algo: ConfigSearch) -> dict[str, Any]:
-        from benchflow.searches.engine import campaign_spec
-
         result = algo.result()
         done = result["status"] == "done" and result["best"] and not search.ended  # the winner's block, once in
         result["winner_yaml"] = winner_yaml(campaign_spec(search.campaign), result["best"]) if done else None
@@ -426,9 +423,16 @@ class ConfigStrategy:
             result[key] = search.facts.get(key, [] if key != "grid" else {})
         return result
 
+    def keys(self, result: dict[str, Any]) -> list[dict[str, Any]]:
+        """The ranking, best first: each config's load per GPU (open above where it held the range's top)."""
+        return [
+            {"key": r["config"], "verdict": r["verdict"], "n": r["probes"], "value": r["low"], "low": r["low"],
+             "high": r["high"], "detail": r}
+            for r in result["ranking"]
+        ]  # fmt: skip
+
     def write(self, warehouse: Warehouse, dag_id: str, run_id: str, search: Search, result: dict[str, Any]) -> None:
-        from benchflow.searches.engine import started_at
-        from benchflow.warehouse import search_writes
+        from benchflow.warehouse import search_writes  # the warehouse: a task's, never loaded at DAG parse
 
         search_writes.save_config_search(warehouse, dag_id, run_id, search, result, started_at(self.load(search)))
 

@@ -19,19 +19,18 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import DAG, Param, TriggerRule, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from benchflow.params import ConfError
+from benchflow.searches import engine
 from benchflow.searches.engine import CANCELLED_KEY, POKE_S, Search, strategy
 
 
 def _warehouse() -> Any:
-    from benchflow.warehouse import Warehouse
+    from benchflow.warehouse import Warehouse  # the warehouse: a task's, never loaded at DAG parse
 
     return Warehouse.from_airflow()
 
 
 def _start(name: str, **context: Any) -> dict[str, Any]:
-    from benchflow.params import ConfError
-    from benchflow.searches import engine
-
     try:
         search = engine.start(name, dict(context["params"]), _warehouse())
     except ConfError as exc:
@@ -47,8 +46,6 @@ def _start(name: str, **context: Any) -> dict[str, Any]:
 
 
 def _plan(state: dict[str, Any] | None, **context: Any) -> list[dict[str, Any]]:
-    from benchflow.searches import engine
-
     if state is None:
         raise AirflowSkipException("no state: an earlier step did not run")
     search = engine.plan(Search.from_json(state), context["run_id"])
@@ -62,8 +59,6 @@ def _plan(state: dict[str, Any] | None, **context: Any) -> list[dict[str, Any]]:
 
 
 def _record(number: int, **context: Any) -> dict[str, Any]:
-    from benchflow.searches import engine
-
     search = Search.from_json(context["ti"].xcom_pull(task_ids=f"round_{number}_plan", key="state"))
     result = engine.record(search, _warehouse(), context["dag"].dag_id, context["run_id"])
     print(result["summary"])
@@ -71,8 +66,6 @@ def _record(number: int, **context: Any) -> dict[str, Any]:
 
 
 def _finish(name: str, rounds: int, **context: Any) -> dict[str, Any]:
-    from benchflow.searches import engine
-
     ti = context["ti"]
     ids = ["start", *(f"round_{n}" for n in range(1, rounds + 1))]
     states = [s for s in ti.xcom_pull(task_ids=ids) if s]

@@ -27,7 +27,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from benchflow.params import HOST, ConfError
+from benchflow.hosts import LOCAL, edge_queue, get_host
+from benchflow.params import HOST, ConfError, check_fields
+from benchflow.spec import SpecError, campaigns_dir, find_spec, load_checked
 
 if TYPE_CHECKING:
     from benchflow.spec import CampaignSpec
@@ -118,6 +120,7 @@ class Strategy(Protocol):
     ) -> dict[str, Any]: ...
     def take(self, algo: Algorithm, key: str, found: Any) -> None: ...
     def answer(self, search: Search, algo: Algorithm) -> dict[str, Any]: ...
+    def keys(self, result: dict[str, Any]) -> list[dict[str, Any]]: ...
     def write(self, warehouse: Warehouse, dag_id: str, run_id: str, search: Search, result: dict[str, Any]) -> None: ...
     def lines(self, result: dict[str, Any]) -> list[str]: ...
     def round_line(self, algo: Algorithm) -> str: ...
@@ -126,10 +129,10 @@ class Strategy(Protocol):
 STRATEGIES: dict[str, Strategy] = {}  # filled as each strategy's module is imported (benchflow.searches does)
 
 
-def register(kind: Strategy) -> Strategy:
-    """Make a strategy known by its name (its module calls this once, as it is imported)."""
+def register(kind: Any) -> None:
+    """Make a strategy known by its name (its module calls this once, as it is imported). ``Any``: each strategy's
+    methods take its own state class where :class:`Strategy` says :class:`Algorithm`."""
     STRATEGIES[kind.name] = kind
-    return kind
 
 
 def strategy(name: str) -> Strategy:
@@ -145,7 +148,6 @@ def strategy(name: str) -> Strategy:
 def campaign_spec(name: str, check: Callable[[CampaignSpec], str] | None = None) -> CampaignSpec:
     """The campaign ``name``'s spec (its file alone is read); :class:`ConfError` names the field when it cannot be
     searched: no such campaign, an invalid spec, or what ``check`` says."""
-    from benchflow.spec import SpecError, campaigns_dir, find_spec, load_checked
 
     try:
         path = find_spec(name)
@@ -179,7 +181,6 @@ def run_tag(prefix: str, search_run_id: str) -> str:
 def host_down(host_id: str) -> str:
     """Why a host of a pool does not answer ("" when it does). ``local`` and Edge hosts are this machine or a
     worker's: only an SSH host is tried (a command that does nothing, over a fresh connection)."""
-    from benchflow.hosts import LOCAL, edge_queue, get_host
 
     if host_id == LOCAL or edge_queue(host_id):
         return ""
@@ -210,7 +211,6 @@ def live_hosts(search: Search, check: Callable[[str], str] = host_down) -> list[
 
 def start(name: str, conf: dict[str, Any], warehouse: Warehouse | None = None) -> Search:
     """Check the conf (each error names its field), find the campaign, seed what earlier runs measured."""
-    from benchflow.params import check_fields
 
     kind = strategy(name)
     checked = check_fields(dict(conf), kind.params, f"a {kind.name} search")
@@ -310,6 +310,10 @@ def save(search: Search, warehouse: Warehouse | None, dag_id: str, run_id: str) 
         result["summary"] = f"{search.ended}; what it knew: {result['summary']}"
         result["winner_yaml"] = None
     if warehouse is not None:
+        from benchflow.warehouse import search_writes  # the warehouse: a task's, never loaded at DAG parse
+
+        keys = kind.keys(result)
+        search_writes.save_search(warehouse, dag_id, run_id, search, result, started_at(algo), keys)
         kind.write(warehouse, dag_id, run_id, search, result)
     return result
 

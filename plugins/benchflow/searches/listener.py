@@ -22,12 +22,10 @@ from typing import Any
 
 from airflow.listeners import hookimpl
 
-from benchflow.searches.bisect_campaign import BisectStrategy
-from benchflow.searches.config_campaign import ConfigStrategy
-from benchflow.searches.engine import CANCELLED_KEY, run_tag
+from benchflow.searches.engine import CANCELLED_KEY, STRATEGIES, run_tag
 
 log = logging.getLogger(__name__)
-SEARCH_DAGS = {kind.dag_id: kind.run_prefix for kind in (BisectStrategy, ConfigStrategy)}  # DAG id -> probe prefix
+SEARCH_DAGS = {kind.dag_id: kind.run_prefix for kind in STRATEGIES.values()}  # DAG id -> its probe runs' prefix
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")  # a campaign name (benchflow.spec.Ident)
 
 

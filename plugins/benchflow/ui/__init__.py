@@ -40,7 +40,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
-from benchflow.ui import bisection_pages, charts, compare_pages, config_search_pages, pages
+from benchflow.ui import bisection_pages, charts, compare_pages, config_search_pages, pages, search_pages
 
 WORKERS = 4  # threads that read the warehouse for the view: a hung warehouse holds these, nothing else
 QUEUED = 8  # requests that may wait for a thread (within their time); past that, a 503 at once
@@ -277,6 +277,36 @@ async def config_search(dag_id: str, run_id: str, viewer: SignedIn) -> HTMLRespo
         except KeyError:
             return _page(run_id, f"<p>No config search <b>{escape(pages.clip(run_id))}</b> in the warehouse.</p>", 404)
         return _page(f"config search {run_id}: Benchmarks", body)
+
+    return await _render(work, run_id)
+
+
+@app.get("/searches", response_class=HTMLResponse)
+async def all_searches(viewer: SignedIn) -> HTMLResponse:
+    """Every search of every strategy whose DAG's runs the viewer may read."""
+
+    def work() -> HTMLResponse:
+        body = '<p class="muted"><a href="./">All campaigns</a></p><h1>Searches</h1>'
+        readable = lambda dag_id: viewer.may_read(dag_id, runs=True)  # noqa: E731
+        return _page("Searches", body + search_pages.listing(_warehouse(), readable))
+
+    return await _render(work, "Searches")
+
+
+@app.get("/search/{dag_id}/{run_id:path}", response_class=HTMLResponse)
+async def search(dag_id: str, run_id: str, viewer: SignedIn) -> HTMLResponse:
+    """One search, whatever its strategy (:mod:`benchflow.ui.search_pages`)."""
+    if len(dag_id) > MAX_NAME or len(run_id) > MAX_NAME:
+        return _page("Searches", f"<p>No search <b>{escape(pages.clip(run_id))}</b>.</p>", status=400)
+
+    def work() -> HTMLResponse:
+        if not viewer.may_read(dag_id, runs=True):
+            return _page(run_id, pages.forbidden(f"read the runs of {dag_id}"), status=403)
+        try:
+            body = search_pages.detail(_warehouse(), dag_id, run_id)
+        except KeyError:
+            return _page(run_id, f"<p>No search <b>{escape(pages.clip(run_id))}</b> in the warehouse.</p>", 404)
+        return _page(f"search {run_id}: Benchmarks", body)
 
     return await _render(work, run_id)
 

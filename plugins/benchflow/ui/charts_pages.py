@@ -21,8 +21,9 @@ from collections.abc import Callable, Sequence
 from html import escape
 from typing import TYPE_CHECKING, Any
 
+from benchflow import kinds
 from benchflow.analysis.stats import summarize, t_quantile
-from benchflow.ui import charts
+from benchflow.ui import charts, server_pages
 from benchflow.ui.charts import Axis, Point, Series, clock, level_axis, number, value_axis, when
 from benchflow.ui.markup import table
 from benchflow.warehouse import queries
@@ -61,8 +62,6 @@ def sections(
 ) -> str:
     """Every chart section of a campaign's page for its latest valid run ``run``, then the page's scripts;
     ``href(dag_id, run_id)`` is a run's page in Airflow."""
-    from benchflow import kinds
-    from benchflow.ui import server_pages
 
     out = []
     if kind.trends():
@@ -255,7 +254,6 @@ def comparison_table(warehouse: Warehouse, kind: ResultKind, run: Any) -> str:
 def _mean_cell(row: dict[str, Any]) -> str:
     """``1234 (1200–1270, n=3)``: a case's mean of its ok repeats with the interval stats.summarize gives; one
     repeat has no interval; none ok says so rather than showing a number."""
-    from benchflow.analysis.stats import summarize
 
     values = [float(v) for v in str(row.get("values") or "").split(",") if v]
     if not values:
@@ -588,8 +586,6 @@ PHASE_KEYS = ("concurrency", "request_rate", "repeat", "dtype", "m")
 
 
 def _samples_column(name: str) -> Column:
-    from benchflow import kinds
-
     return next(c for side in kinds.TELEMETRY_TABLES for c in side.columns if c.name == name)
 
 

@@ -8,9 +8,12 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from benchflow import kinds
+from benchflow.records import verdict_text
+from benchflow.spec import load_all
 from benchflow.ui import bisection_pages, charts_pages, compare_pages, config_search_pages
 from benchflow.ui.markup import dag_id_of, run_href, table
-from benchflow.warehouse import queries
+from benchflow.warehouse import Warehouse, queries
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,8 +83,6 @@ def forbidden(what: str) -> str:
 
 
 def open_warehouse(statement_timeout_s: float | None = None) -> Warehouse:
-    from benchflow.warehouse import Warehouse
-
     return Warehouse.from_airflow(read_only=True, statement_timeout_s=statement_timeout_s)
 
 
@@ -93,7 +94,6 @@ def where(warehouse: Warehouse) -> str:
 def verdict(run: Any) -> str:
     """A run's verdict as a page shows it: red when regressed, green only when judged fine against its baseline
     nights, grey with the reason when it was not judged."""
-    from benchflow.records import verdict_text
 
     state = run.get("verdict")
     text = verdict_text(state, run.get("verdict_detail"), run.get("baseline_runs"), run.get("regressions"))
@@ -105,7 +105,6 @@ def verdict(run: Any) -> str:
 
 def campaigns(warehouse: Warehouse) -> dict[str, ResultKind]:
     """Every campaign with a valid run, and its kind (the wide view it appears in)."""
-    from benchflow import kinds
 
     found: dict[str, ResultKind] = {}
     for kind in kinds.all_kinds():
@@ -116,13 +115,13 @@ def campaigns(warehouse: Warehouse) -> dict[str, ResultKind]:
 
 def specs() -> tuple[dict[str, CampaignSpec], list[str]]:
     """Every campaign spec that builds a DAG, by name, and the file names of the rejected ones."""
-    from benchflow.spec import load_all
 
     found, errors = load_all()
     return {s.name: s for s in found}, sorted({e.path.name for e in errors if getattr(e, "path", None)})
 
 
 OTHER_PAGES = (
+    '<p><a href="searches">Searches</a>: every bisection, config search and tile search, and how each ended</p>'
     '<p><a href="bisections">Bisections</a>: which payload commit made a case slower</p>'
     '<p><a href="config-searches">Config searches</a>: which config of a space holds the most load per GPU</p>'
 )

@@ -17,8 +17,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchflow.kinds import typed_frame
 from benchflow.paths import var_dir
 from benchflow.records import Finding, RunRecord, Validation, Verdict
+from benchflow.warehouse.readonly import check
+from benchflow.warehouse.schema import SINCE, migrate
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -114,7 +117,7 @@ class Warehouse:
 
     @classmethod
     def _from_connection(cls, conn: Any, read_only: bool) -> Warehouse:
-        from benchflow.warehouse.hooks import BACKENDS
+        from benchflow.warehouse.hooks import BACKENDS  # Airflow's DbApiHook: `bench sql` alone imports no Airflow
 
         backend = BACKENDS.get(conn.conn_type)
         if backend is None:
@@ -125,7 +128,7 @@ class Warehouse:
 
     @classmethod
     def at(cls, path: Path | str, read_only: bool = False) -> Warehouse:
-        from benchflow.warehouse.hooks import DuckDBHook
+        from benchflow.warehouse.hooks import DuckDBHook  # Airflow's DbApiHook: `bench sql` alone imports no Airflow
 
         hook = DuckDBHook(path=path, read_only=read_only, log_sql=False)
         return cls(hook, str(hook.snapshot_path() if read_only else path))
@@ -179,7 +182,6 @@ class Warehouse:
         cannot write (:meth:`~.hooks.WarehouseHook.read_statement`); a DataFrame. Raises
         :class:`~.readonly.RefusedStatement` for any other text, :class:`TimeoutError` past ``timeout_s`` (five
         minutes by default)."""
-        from benchflow.warehouse.readonly import check
 
         columns, rows = (
             self.hook.read_statement(check(text))
@@ -202,13 +204,11 @@ class Warehouse:
     def has(self, what: str) -> bool:
         """Whether this warehouse's schema holds ``what`` (a table or column of :data:`.schema.SINCE`): a page reads
         a table only where the migration that made it was applied, instead of catching the error of its absence."""
-        from benchflow.warehouse.schema import SINCE
 
         return self.schema_version() >= SINCE[what]
 
     def migrate(self) -> list[str]:
         """Apply pending migrations and (re)create the analyst views; returns what was applied."""
-        from benchflow.warehouse.schema import migrate
 
         return migrate(self)
 
@@ -420,8 +420,6 @@ def _ok_rows(frame: pd.DataFrame | None, kind: ResultKind) -> int:
 
 
 def _side_frame(side: SideTable, rows: list[dict[str, Any]]) -> pd.DataFrame:
-    from benchflow.kinds import typed_frame
-
     prepared = [side.prepare(row) for row in rows] if side.prepare else rows
     return typed_frame([{**side.defaults, **row} for row in prepared], side.columns)
 

@@ -20,6 +20,7 @@ from airflow.providers.common.sql.hooks.sql import DbApiHook
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 
 from benchflow.warehouse import snapshot as snapshots
+from benchflow.warehouse.readonly import RefusedStatement
 from benchflow.warehouse.snapshot import READ_TIMEOUT_S
 
 LOCK_WAIT_S = 300.0
@@ -312,8 +313,6 @@ class WarehousePostgresHook(PostgresHook):
         ``COPY … TO PROGRAM``) of a superuser or of a member of ``pg_write_server_files`` /
         ``pg_execute_server_program``: such a role is refused. (column names, rows)."""
         import psycopg
-
-        from benchflow.warehouse.readonly import RefusedStatement
 
         con = self.get_conn()
         try:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from benchflow import kinds
 from benchflow.warehouse import kindsql
+from benchflow.warehouse.kindsql import side_validity_sql
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -505,8 +507,6 @@ def measure_history(w: Warehouse, kind: ResultKind, campaign: str) -> pd.DataFra
 def search_results(w: Warehouse, side: SideTable, dag_id: str, run_id: str) -> pd.DataFrame:
     """A run's load searches (``side``: a kind's table of role load_search), one row per config: the SLO and the
     trail as JSON text, and the answer's validity (ok only when every probe of the config was)."""
-    from benchflow import kinds
-    from benchflow.warehouse.kindsql import side_validity_sql
 
     p = w.p
     validity = side_validity_sql(kinds.owner(side), side, side.table)
@@ -712,3 +712,23 @@ def reusable_config_measures(w: Warehouse, hashes: list[str]) -> pd.DataFrame:
         "AND (c.pass_load IS NOT NULL OR c.fail_load IS NOT NULL) ORDER BY s.updated_at DESC, c.run_id",
         hashes,
     )
+
+
+def searches(w: Warehouse, campaign: str | None = None) -> pd.DataFrame:
+    """Every search of any strategy (of one campaign), newest first."""
+    columns = "dag_id, run_id, strategy, campaign, status, best, summary, rounds, probes, hosts_down, started_at"
+    if campaign is None:
+        return w.query(f"SELECT {columns} FROM searches ORDER BY started_at DESC")
+    return w.query(f"SELECT {columns} FROM searches WHERE campaign = {w.p} ORDER BY started_at DESC", [campaign])
+
+
+def search(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
+    """One search's row, its whole answer (JSON) included."""
+    p = w.p
+    return w.query(f"SELECT * FROM searches WHERE dag_id = {p} AND run_id = {p}", [dag_id, run_id])
+
+
+def search_keys(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
+    """A search's keys in the order of its answer."""
+    p = w.p
+    return w.query(f"SELECT * FROM search_keys WHERE dag_id = {p} AND run_id = {p} ORDER BY rank", [dag_id, run_id])

@@ -77,7 +77,14 @@ def view_statements() -> tuple[list[str], list[str]]:
 
 
 # The migration that made each table (or column) a reader may find missing in an older warehouse.
-SINCE = {"payload_commit": 13, "bisections": 13, "config_searches": 16, "auto_bisections": 19, "decisions": 20}
+SINCE = {
+    "payload_commit": 13,
+    "bisections": 13,
+    "config_searches": 16,
+    "auto_bisections": 19,
+    "decisions": 20,
+    "searches": 22,
+}
 
 
 def migrate(warehouse: Warehouse) -> list[str]:

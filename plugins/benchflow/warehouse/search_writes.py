@@ -53,6 +53,70 @@ def replace(
             tx.executemany(f"INSERT INTO {tables[1]} ({columns[1]}) VALUES ({', '.join([tx.p] * len(rows[0]))})", rows)
 
 
+SEARCH_COLUMNS_ALL = (
+    "dag_id, run_id, strategy, campaign, campaign_dag_id, status, best, summary, rounds, probes, hosts_down, result, "
+    "started_at, updated_at"
+)
+KEY_COLUMNS = "dag_id, run_id, key, rank, verdict, n, value, low, high, probe_dag_id, probe_runs, detail"
+
+
+def save_search(
+    warehouse: Warehouse,
+    dag_id: str,
+    run_id: str,
+    search: Search,
+    result: dict[str, Any],
+    started_at: datetime | None,
+    keys: list[dict[str, Any]],
+) -> None:
+    """Any search, whatever its strategy: its row in ``searches``, its keys in ``search_keys`` (``keys``: each a
+    ``key``, ``verdict`` and, where it has them, ``n``, ``value``, ``low``, ``high`` and the rest as its detail)."""
+    now = datetime.now(UTC)
+    best = result.get("best") or result.get("first_bad")
+    row = [
+        dag_id,
+        run_id,
+        search.strategy,
+        search.campaign,
+        search.campaign_dag_id,
+        result["status"],
+        best,
+        result["summary"],
+        result["rounds"],
+        result["probes"],
+        json.dumps(search.down, sort_keys=True) if search.down else None,
+        json.dumps(result, sort_keys=True, default=str),
+        started_at or now,
+        now,
+    ]
+    rows = [
+        [
+            dag_id,
+            run_id,
+            k["key"],
+            rank,
+            k["verdict"],
+            k.get("n"),
+            _finite(k.get("value")),
+            _finite(k.get("low")),
+            _finite(k.get("high")),
+            search.campaign_dag_id,
+            json.dumps(search.runs.get(k["key"], [])),
+            json.dumps(k.get("detail"), sort_keys=True, default=str) if k.get("detail") is not None else None,
+        ]
+        for rank, k in enumerate(keys, start=1)
+    ]
+    columns = (SEARCH_COLUMNS_ALL, KEY_COLUMNS)
+    replace(warehouse, dag_id, run_id, ("searches", "search_keys"), columns, row, rows)
+
+
+def _finite(value: Any) -> float | None:
+    """A figure as stored: an open end (infinite) or a missing one is NULL."""
+    if value is None or not isinstance(value, int | float) or value != value or value in (float("inf"), float("-inf")):
+        return None
+    return float(value)
+
+
 def save_bisection(
     warehouse: Warehouse, dag_id: str, run_id: str, search: Search, result: dict[str, Any], started_at: datetime | None
 ) -> None:

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchflow.warehouse.readonly import RefusedStatement
+
 READ_TIMEOUT_S = 300.0  # an analyst's statement (bench sql) is cancelled past it (bench sql --timeout)
 
 
@@ -33,8 +35,6 @@ def read_statement(
     and ``VALUES`` parse as one) or ``EXPLAIN``. (column names, rows); TimeoutError past ``timeout_s`` (DuckDB has
     no statement timeout of its own)."""
     import duckdb
-
-    from benchflow.warehouse.readonly import RefusedStatement
 
     kinds = [s.type for s in duckdb.extract_statements(sql)]
     if kinds not in ([duckdb.StatementType.SELECT], [duckdb.StatementType.EXPLAIN]):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from benchflow.analysis.bottleneck import judge, rules
 from benchflow.kinds import TELEMETRY_TABLES, Column, ResultKind, Trend, telemetry_columns
 from benchflow.kinds.kernel import table
 from benchflow.params import RUN, SWEEP
 from benchflow.telemetry.columns import HOST_LOAD, VALIDITY, ColumnType
+from benchhost.telemetry.summary import kernel_rows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -130,7 +132,6 @@ def case_conf(case_key: str, repeats: int) -> dict[str, Any]:
 
 def telemetry(rows: list[dict[str, Any]], run: Any) -> list[dict[str, Any]]:
     """Each row's spread, joules per call, host load and validity; a row meets its phase by dtype and M."""
-    from benchhost.telemetry.summary import kernel_rows
 
     keyed = [{**row, "dtype": run.run_args.get("dtype")} for row in rows]
     return kernel_rows(keyed, run.phases, run.samples, run.limits)
@@ -142,8 +143,6 @@ def bottlenecks(
     """One verdict per row with a roofline (bench_moe.py prints it): memory- or compute-bound and how far from
     the peak; rows without one get none."""
     import json
-
-    from benchflow.analysis.bottleneck import judge, rules
 
     given = rules().with_thresholds(overrides)
     out = []

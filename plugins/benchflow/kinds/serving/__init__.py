@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
+from benchflow.analysis.stats import summarize
 from benchflow.kinds import (
     LOAD_SEARCH,
     TELEMETRY_TABLES,
@@ -29,6 +30,7 @@ from benchflow.kinds.serving.search import SearchSpec
 from benchflow.kinds.serving.workload import WORKLOAD_COLUMNS, WORKLOAD_UNITS, Dataset
 from benchflow.params import SERVER, SWEEP
 from benchflow.telemetry.columns import HOST_LOAD, VALIDITY
+from benchhost.telemetry.summary import serving_rows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -150,8 +152,6 @@ def plots(rows: pd.DataFrame, title: str) -> list[tuple[str, Any]]:
 
 def _bars(measured: pd.DataFrame, title: str, axis_name: str) -> Any:
     import matplotlib.pyplot as plt
-
-    from benchflow.analysis.stats import summarize
 
     configs = sorted(measured["config"].unique())
     levels = sorted(measured[axis_name].dropna().unique())
@@ -419,7 +419,6 @@ def from_requests(rows: list[dict[str, Any]], sides: Mapping[str, list[dict[str,
 def telemetry(rows: list[dict[str, Any]], run: Any) -> list[dict[str, Any]]:
     """Each row's joules per output token over its phase's steady state, host load and validity; the GPUs of a
     config are its servers' (``gpus`` in the spec), so prefill and decode GPUs are told apart."""
-    from benchhost.telemetry.summary import serving_rows
 
     return serving_rows(rows, run.requests, run.phases, run.samples, run.gpu_servers, run.limits)
 

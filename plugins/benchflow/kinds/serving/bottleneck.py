@@ -11,6 +11,7 @@ from typing import Any
 
 from benchflow.analysis.bottleneck import Rules, Verdict, judge, rules
 from benchflow.kinds.serving.workload import phase_of
+from benchhost.telemetry.hostload import host_load
 
 SERVER_ROLES = ("prefill", "decode", "single")
 
@@ -51,7 +52,6 @@ def signals(
     record: Mapping[str, Any], servers: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
     """The signals of one phase (its phases.jsonl record, its servers' and GPUs' rows)."""
-    from benchhost.telemetry.hostload import host_load
 
     out: dict[str, Any] = {}
     for role in (*SERVER_ROLES, "router"):

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from benchflow.paths import datasets_dir as where
 from benchflow.payloads.manifest import cached_sha256
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -57,8 +58,6 @@ WORKLOAD_UNITS = {
 
 
 def datasets_dir() -> Path:
-    from benchflow.paths import datasets_dir as where
-
     return where()
 
 

@@ -1,0 +1,99 @@
+"""The Benchmarks view's search pages, one kit for every strategy: every search (a bisection, a config search, a
+tile search) in one list, and one search's page: its status and answer, the hosts found down, and its keys in the
+order of its answer (each key's verdict, its figure with the interval, open where censored, and a link to each
+probe run). A bisection's and a config search's own pages (the confirm step, the Pareto chart, the winner's block)
+are linked from theirs."""
+
+from __future__ import annotations
+
+import json
+import math
+from html import escape
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from benchflow.ui import bisection_pages, config_search_pages
+from benchflow.ui.markup import run_href, table
+from benchflow.warehouse import queries
+
+if TYPE_CHECKING:
+    from benchflow.warehouse import Warehouse
+
+EMPTY = '<p class="empty">(no search yet)</p>'
+OWN_PAGES = {"bisect": bisection_pages.page_href, "config": config_search_pages.page_href}  # a strategy's own page
+
+
+def page_href(dag_id: str, run_id: str, prefix: str = "") -> str:
+    return f"{prefix}search/{quote(str(dag_id), safe='')}/{quote(str(run_id), safe='')}"
+
+
+def listing(warehouse: Warehouse, readable: Any, prefix: str = "") -> str:
+    """Every search the viewer may read the runs of (``readable(dag_id)``), newest first."""
+    found = queries.searches(warehouse) if warehouse.has("searches") else None
+    if found is None or not len(found):
+        return EMPTY
+    found = found[[bool(readable(d)) for d in found["dag_id"]]]
+    if not len(found):
+        return EMPTY
+    shown = found[["run_id", "strategy", "campaign", "status", "best", "summary", "rounds", "probes"]].copy()
+    runs = dict(zip(found["run_id"], found["dag_id"], strict=False))
+    links = {"run_id": lambda r: page_href(runs[r.run_id], r.run_id, prefix)}
+    return table(shown, links=links).replace(' target="_top"', "")
+
+
+def _figure(value: Any, low: Any, high: Any) -> str:
+    def known(v: Any) -> bool:
+        return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+    if not known(value):
+        return ""
+    if not known(high):
+        return f"{value:.4g} (≥ {low:.4g})" if known(low) else f"{value:.4g}"
+    return f"{value:.4g} ({low:.4g}–{high:.4g})"
+
+
+def detail(warehouse: Warehouse, dag_id: str, run_id: str) -> str:
+    """One search of any strategy."""
+    found = queries.search(warehouse, dag_id, run_id) if warehouse.has("searches") else []
+    if not len(found):
+        raise KeyError(run_id)
+    row = found.iloc[0]  # type: ignore[union-attr]
+    keys = queries.search_keys(warehouse, dag_id, run_id)
+    status, strategy = str(row["status"]), str(row["strategy"])
+    css = "ok" if status in ("done", "found", "not_reproduced") else "muted" if status == "running" else "bad"
+    own = OWN_PAGES.get(strategy)
+    out = [
+        '<p class="muted"><a href="../../">All campaigns</a> · <a href="../../searches">All searches</a></p>',
+        f"<h1>{escape(strategy)} search of {escape(str(row['campaign']))}</h1>",
+        f'<p><span class="{css}">{escape(status)}</span>: {escape(str(row["summary"]))}</p>',
+        f'<p class="muted">{int(row["probes"])} probe runs · {int(row["rounds"])} rounds · '
+        f'<a href="{escape(run_href(dag_id, run_id))}" target="_top">the search\'s DAG run</a>'
+        + (f' · <a href="../../{escape(own(dag_id, run_id))}">its own page</a>' if own else "")
+        + "</p>",
+    ]
+    for host, why in (json.loads(row["hosts_down"]) if isinstance(row["hosts_down"], str) else {}).items():
+        out.append(f'<p class="bad">host {escape(host)} was down: {escape(str(why))}</p>')
+    out.append("<h2>Keys</h2>" + _keys(keys))
+    return "".join(out)
+
+
+def _keys(keys: Any) -> str:
+    if not len(keys):
+        return '<p class="empty">(nothing measured yet)</p>'
+    rows = []
+    for k in keys.itertuples(index=False):
+        runs = json.loads(k.probe_runs or "[]")
+        links = " ".join(f'<a href="{escape(run_href(k.probe_dag_id, r))}" target="_top">{escape(r)}</a>' for r in runs)
+        n = "" if k.n is None or (isinstance(k.n, float) and math.isnan(k.n)) else str(int(k.n))
+        cells = [
+            f"<td>{int(k.rank)}</td>",
+            f'<td class="text"><code>{escape(str(k.key))}</code></td>',
+            f'<td class="text">{escape(str(k.verdict))}</td>',
+            f"<td>{escape(n)}</td>",
+            f"<td>{escape(_figure(k.value, k.low, k.high))}</td>",
+            f'<td class="text">{links}</td>',
+        ]
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    head = '<th>#</th><th class="text">key</th><th class="text">verdict</th><th>n</th><th>figure (95 % CI)</th>'
+    head += '<th class="text">probe runs</th>'
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
