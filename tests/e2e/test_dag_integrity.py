@@ -96,12 +96,14 @@ def test_every_spec_yields_a_dag_and_the_report_dag_exists(parsed):
     assert parsed["dags"]["bench_report"] == ["render_plots"]
 
 
-def test_the_bisect_dag_has_its_steps_as_tasks(parsed):
-    from benchflow.bisect_steps import MAX_ROUNDS
+def test_every_search_dag_has_the_engines_steps_as_tasks(parsed):
+    """One DAG builder for every strategy: start, the rounds (plan, mapped probes, record) its DAG has, finish."""
+    from benchflow.searches.engine import STRATEGIES
 
-    rounds = [f"narrow_{n}" for n in range(1, MAX_ROUNDS + 1)]
-    steps = {"start", "decide"} | {f"{p}{s}" for p in ["confirm", *rounds] for s in ("", "_plan", "_probe")}
-    assert set(parsed["dags"]["bench_bisect"]) == steps
+    for kind in STRATEGIES.values():
+        rounds = [f"round_{n}" for n in range(1, kind.max_rounds + 1)]
+        steps = {"start", "finish"} | {f"{r}{s}" for r in rounds for s in ("", "_plan", "_probe")}
+        assert set(parsed["dags"][kind.dag_id]) == steps, kind.dag_id
 
 
 COMMON = {

@@ -20,12 +20,13 @@ import json
 import math
 import re
 import statistics
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from benchflow import payloads
 from benchflow.params import HOST, PAYLOAD_REF, ConfError, check_conf, check_fields
+from benchflow.searches import engine
 from benchflow.searches.bisection import Bisection, Budget
-from benchflow.searches.engine import Probe, Search, register, started_at
+from benchflow.searches.engine import MAX_HOURS_PARAM, Declared, Probe, Search, StrategyBase, campaign_param
 
 if TYPE_CHECKING:
     from benchflow.spec import CampaignSpec
@@ -36,15 +37,7 @@ MAX_ROUNDS = 11  # rounds the DAG has, confirm's included; a bisection's own bud
 _CASE_RE = re.compile(r"^[A-Za-z0-9_.,=:/+-]{1,200}$")
 
 PARAMS: dict[str, tuple[Any, dict[str, Any]]] = {
-    "campaign": (
-        "",
-        {
-            "type": "string",
-            "pattern": r"^[a-z][a-z0-9_]{0,62}$",
-            "title": "Campaign",
-            "description": "The campaign whose payload regressed (include/campaigns/<name>.yaml).",
-        },
-    ),
+    "campaign": campaign_param("The campaign whose payload regressed (include/campaigns/<name>.yaml)."),
     "case": (
         "",
         {
@@ -121,16 +114,7 @@ PARAMS: dict[str, tuple[Any, dict[str, Any]]] = {
             "description": "Probe runs at most, the confirm step's two included. Unit: runs.",
         },
     ),
-    "max_hours": (
-        6.0,
-        {
-            "type": "number",
-            "exclusiveMinimum": 0,
-            "maximum": 168,
-            "title": "Time budget",
-            "description": "No new round starts after this. Unit: hours.",
-        },
-    ),
+    "max_hours": MAX_HOURS_PARAM,
     "probe_conf": (
         {},
         {
@@ -265,16 +249,11 @@ def _unlike(
     return ""
 
 
-class BisectStrategy:
+class BisectStrategy(
+    StrategyBase,
+    declared=Declared("bisect", DAG_ID, "bisect", MAX_ROUNDS, PARAMS, ("bench", "bisect"), Bisection),
+):
     """The bisection's campaign side, for :mod:`benchflow.searches.engine`."""
-
-    name: ClassVar[str] = "bisect"
-    dag_id: ClassVar[str] = DAG_ID
-    run_prefix: ClassVar[str] = "bisect"
-    max_rounds: ClassVar[int] = MAX_ROUNDS
-    params: ClassVar[dict[str, tuple[Any, dict[str, Any]]]] = PARAMS
-    tags: ClassVar[list[str]] = ["bench", "bisect"]
-    doc: ClassVar[str] = __doc__ or ""
 
     def check_spec(self, spec: CampaignSpec) -> str:
         if spec.git_payload is None:
@@ -300,23 +279,12 @@ class BisectStrategy:
             min_change=conf["min_change"],
             budget=Budget(probes=conf["max_probes"], rounds=MAX_ROUNDS, seconds=conf["max_hours"] * 3600.0),
         )
-        search = Search(
-            strategy=self.name,
-            campaign=spec.name,
-            campaign_dag_id=spec.dag_id,
-            hosts=spec.host_ids,
-            conf=conf,
-            state={},
-            facts={"case": conf["case"], "metric": conf["metric"], "good_sha": good, "bad_sha": bad,
-                   "gpu_model": None, "not_reused": []},
-        )  # fmt: skip
+        facts = {"case": conf["case"], "metric": conf["metric"], "good_sha": good, "bad_sha": bad, "gpu_model": None}
+        search = self.new_search(spec, conf, {**facts, "not_reused": []})
         if warehouse is not None and warehouse.schema_version() > 0:
             reuse(search, bisection, spec, warehouse)
         search.state = bisection.to_json()
         return search
-
-    def load(self, search: Search) -> Bisection:
-        return Bisection.from_json(search.state)
 
     def next_round(self, algo: Bisection, now: float, slots: int) -> list[tuple[str, int]]:
         algo.parallel = max(1, slots)
@@ -376,7 +344,7 @@ class BisectStrategy:
     def write(self, warehouse: Warehouse, dag_id: str, run_id: str, search: Search, result: dict[str, Any]) -> None:
         from benchflow.warehouse import search_writes  # the warehouse: a task's, never loaded at DAG parse
 
-        started = started_at(self.load(search))
+        started = engine.started_at(self.load(search))
         search_writes.save_bisection(warehouse, dag_id, run_id, search, result, started)
 
     def lines(self, result: dict[str, Any]) -> list[str]:
@@ -397,4 +365,4 @@ class BisectStrategy:
         return result["status"] in ("found", "range", "not_reproduced")
 
 
-register(BisectStrategy())
+engine.register(BisectStrategy())

@@ -25,18 +25,18 @@ are used like probes without costing any.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from benchflow.analysis.stats import CONFIDENCE, Comparison, compare
+from benchflow.searches.rounds import Rounds
 
 Better = Literal["higher", "lower"]
 Verdict = Literal["same_as_good", "same_as_bad", "unknown"]
 Status = Literal["running", "not_reproduced", "found", "range", "failed"]
 TEST = "Welch t on log values, 95 % interval"
-STATE_VERSION = 2
+STATE_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ def split_points(positions: Sequence[int], lo: int, hi: int, slots: int) -> list
 
 
 @dataclass
-class Bisection:
+class Bisection(Rounds):
     """The search's whole state; every field is JSON-able (``to_json``/``from_json``).
 
     Positions: 0 is ``good``, i is ``commits[i - 1]``; ``commits[-1]`` is ``bad`` (as
@@ -201,12 +201,6 @@ class Bisection:
     budget: Budget = field(default_factory=Budget)
     samples: dict[str, list[float]] = field(default_factory=dict)
     reused: dict[str, str] = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)
-    rounds: list[list[str]] = field(default_factory=list)
-    outstanding: list[str] = field(default_factory=list)
-    probes: int = 0
-    started_at: float | None = None
-    stopped: str | None = None
 
     def __post_init__(self) -> None:
         if not self.commits or self.good in self.commits or len(set(self.commits)) != len(self.commits):
@@ -240,19 +234,9 @@ class Bisection:
             self.samples.setdefault(sha, []).extend(values)
             self.reused[sha] = source
 
-    def retract(self, sha: str) -> None:
-        """Take back a probe that never ran (its host was down): it costs nothing and is planned again."""
-        self.outstanding.remove(sha)
-        self.probes -= 1
-        self.rounds[-1].remove(sha)
-        if not self.rounds[-1]:
-            self.rounds.pop()
-
     def record(self, sha: str, samples: Sequence[float]) -> None:
         """A probe's values; none (the run failed or its rows were invalid) skips the commit."""
-        if sha not in self.outstanding:
-            raise ValueError(f"{sha}: not probed in this round (outstanding: {self.outstanding})")
-        self.outstanding.remove(sha)
+        self._end(sha)
         values = _values(samples)
         if values:
             self.samples.setdefault(sha, []).extend(values)
@@ -329,17 +313,14 @@ class Bisection:
 
     def next_round(self, now: float | None = None) -> list[str]:
         """The commits to probe now (each with ``repeats`` repeats); [] when the bisection is over."""
-        if self.outstanding:
-            raise RuntimeError(f"record every probe of the round first: {self.outstanding} outstanding")
-        now = time.time() if now is None else now
-        self.started_at = now if self.started_at is None else self.started_at
+        now = self._now(now)
         if self.status() != "running":
             return []
         left = self.budget.probes - self.probes
         spent = [
             (len(self.rounds) >= self.budget.rounds, f"rounds: {self.budget.rounds} used"),
             (left <= 0, f"probes: {self.budget.probes} used"),
-            (now - self.started_at >= self.budget.seconds, f"seconds: {self.budget.seconds:.0f} s passed"),
+            (self._elapsed(now) >= self.budget.seconds, f"seconds: {self.budget.seconds:.0f} s passed"),
         ]
         for over, why in spent:
             if over:
@@ -349,9 +330,7 @@ class Bisection:
         if not picks:  # confirm needs both ends and the budget cannot pay for them
             self.stopped = "budget spent (probes: too few left for the confirm step)"
             return []
-        self.rounds.append(list(picks))
-        self.outstanding = list(picks)
-        self.probes += len(picks)
+        self._begin(picks)
         return picks
 
     def _plan(self, left: int) -> list[str]:

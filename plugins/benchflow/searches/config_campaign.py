@@ -19,14 +19,24 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from benchflow import kinds
 from benchflow.params import CONFIGS, SEARCH
 from benchflow.searches.configs import ConfigSearch, Measure, levels
-from benchflow.searches.engine import Probe, Search, campaign_spec, register, started_at
+from benchflow.searches.engine import (
+    MAX_HOURS_PARAM,
+    Declared,
+    Probe,
+    Search,
+    StrategyBase,
+    campaign_param,
+    campaign_spec,
+    register,
+    started_at,
+)
 from benchflow.space import gpu_count
 from benchhost import loadsearch
 
@@ -38,15 +48,7 @@ DAG_ID = "bench_config_search"
 MAX_ROUNDS = 4  # rounds the DAG has: round 1 measures every config, each later one a level finer (levels <= 4)
 
 PARAMS: dict[str, tuple[Any, dict[str, Any]]] = {
-    "campaign": (
-        "",
-        {
-            "type": "string",
-            "pattern": r"^[a-z][a-z0-9_]{0,62}$",
-            "title": "Campaign",
-            "description": "A campaign whose spec has a config space (space:) and a load search.",
-        },
-    ),
+    "campaign": campaign_param("A campaign whose spec has a config space (space:) and a load search."),
     "levels": (
         3,
         {
@@ -68,16 +70,7 @@ PARAMS: dict[str, tuple[Any, dict[str, Any]]] = {
             "description": "Config measurements at most (one load search of one config each). Unit: probes.",
         },
     ),
-    "max_hours": (
-        6.0,
-        {
-            "type": "number",
-            "exclusiveMinimum": 0,
-            "maximum": 168,
-            "title": "Time budget",
-            "description": "No new round starts after this. Unit: hours.",
-        },
-    ),
+    "max_hours": MAX_HOURS_PARAM,
     "reuse": (
         True,
         {
@@ -321,16 +314,13 @@ def answer_lines(result: dict[str, Any]) -> list[str]:
 WIDTHS = (4, 22, 30, 4, 10, 10, 10, 8, 9)
 
 
-class ConfigStrategy:
+class ConfigStrategy(
+    StrategyBase,
+    declared=Declared("config", DAG_ID, "cfgsearch", MAX_ROUNDS, PARAMS, ("bench", "config-search"), ConfigSearch),
+):
     """The config search's campaign side, for :mod:`benchflow.searches.engine`."""
 
-    name: ClassVar[str] = "config"
-    dag_id: ClassVar[str] = DAG_ID
-    run_prefix: ClassVar[str] = "cfgsearch"
-    max_rounds: ClassVar[int] = MAX_ROUNDS
-    params: ClassVar[dict[str, tuple[Any, dict[str, Any]]]] = PARAMS
-    tags: ClassVar[list[str]] = ["bench", "config-search"]
-    doc: ClassVar[str] = __doc__ or ""
+    ranked_by = ("config", "probes", "low")  # load per GPU, its lower bound: open above where censored
 
     def check_spec(self, spec: CampaignSpec) -> str:
         if spec.space is None or getattr(spec.benchmark, "search", None) is None:
@@ -356,29 +346,18 @@ class ConfigStrategy:
             max_seconds=conf["max_hours"] * 3600.0,
             started_at=time.time() if now is None else now,
         )
-        search = Search(
-            strategy=self.name,
-            campaign=spec.name,
-            campaign_dag_id=spec.dag_id,
-            hosts=spec.host_ids,
-            conf=conf,
-            state={},
-            facts={
-                "hashes": {c.name: config_hash(spec, c.name) for c in spec.configs},
-                "dimensions": expansion.values,
-                "excluded": [{"values": e.values, "reason": e.reason} for e in expansion.excluded],
-                "price": dict(spec.space.price),
-                "grid": _grid(load, len(spec.configs)),
-                "not_reused": [],
-            },
-        )
+        facts = {
+            "hashes": {c.name: config_hash(spec, c.name) for c in spec.configs},
+            "dimensions": expansion.values,
+            "excluded": [{"values": e.values, "reason": e.reason} for e in expansion.excluded],
+            "price": dict(spec.space.price),
+            "grid": _grid(load, len(spec.configs)),
+        }
+        search = self.new_search(spec, conf, {**facts, "not_reused": []})
         if warehouse is not None and conf["reuse"] and warehouse.schema_version() > 0:
             reuse(search, state, warehouse)
         search.state = state.to_json()
         return search
-
-    def load(self, search: Search) -> ConfigSearch:
-        return ConfigSearch.from_json(search.state)
 
     def next_round(self, algo: ConfigSearch, now: float, slots: int) -> list[tuple[str, int]]:
         return algo.next_round(now)
@@ -422,14 +401,6 @@ class ConfigStrategy:
         for key in ("excluded", "grid", "not_reused"):
             result[key] = search.facts.get(key, [] if key != "grid" else {})
         return result
-
-    def keys(self, result: dict[str, Any]) -> list[dict[str, Any]]:
-        """The ranking, best first: each config's load per GPU (open above where it held the range's top)."""
-        return [
-            {"key": r["config"], "verdict": r["verdict"], "n": r["probes"], "value": r["low"], "low": r["low"],
-             "high": r["high"], "detail": r}
-            for r in result["ranking"]
-        ]  # fmt: skip
 
     def write(self, warehouse: Warehouse, dag_id: str, run_id: str, search: Search, result: dict[str, Any]) -> None:
         from benchflow.warehouse import search_writes  # the warehouse: a task's, never loaded at DAG parse

@@ -22,9 +22,10 @@ and never silently dropped.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+from benchflow.searches.rounds import Rounds
 
 Verdict = Literal["best", "not distinguishable from best", "worse", "held none of the range", "failed", "not measured"]
 
@@ -91,7 +92,7 @@ class Interval:
 
 
 @dataclass
-class ConfigSearch:
+class ConfigSearch(Rounds):
     """The search's state (JSON-able with :meth:`to_json`): the configs with their GPUs, the levels, the range
     the load search covers, the budget, and every measure, failure and round so far."""
 
@@ -103,13 +104,7 @@ class ConfigSearch:
     max_probes: int = 200  # probe runs of single configs, reused ones not counted
     max_seconds: float = 6 * 3600.0
     measures: dict[str, list[Measure]] = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)
     reused: dict[str, str] = field(default_factory=dict)
-    rounds: list[list[str]] = field(default_factory=list)
-    outstanding: list[str] = field(default_factory=list)
-    probes: int = 0
-    started_at: float | None = None
-    stopped: str = ""
 
     # -- what is known -----------------------------------------------------------------------------------
 
@@ -195,16 +190,13 @@ class ConfigSearch:
 
     def next_round(self, now: float | None = None) -> list[tuple[str, int]]:
         """The (config, level) pairs to measure now; [] when the search is over (see :meth:`status`)."""
-        if self.outstanding:
-            raise RuntimeError(f"record every probe of the round first: {self.outstanding} outstanding")
-        now = time.time() if now is None else now
-        self.started_at = self.started_at if self.started_at is not None else now
+        now = self._now(now)
         if self.status() != "running":
             return []
         unmeasured = [n for n in self.gpus if n not in self.failed and self.interval(n) is None]
         picks = [(n, 0) for n in unmeasured] or self._refinements()
         left = self.max_probes - self.probes
-        if now - self.started_at >= self.max_seconds:
+        if self._elapsed(now) >= self.max_seconds:
             self.stopped = f"budget spent (seconds: {self.max_seconds:.0f} s passed)"
             return []
         if left < len(picks):
@@ -212,28 +204,16 @@ class ConfigSearch:
             if not picks:
                 self.stopped = f"budget spent (probes: {self.max_probes} used)"
                 return []
-        self.rounds.append([n for n, _ in picks])
-        self.outstanding = [n for n, _ in picks]
-        self.probes += len(picks)
+        self._begin([n for n, _ in picks])
         return picks
 
     def record(self, name: str, measure: Measure | None, error: str = "") -> None:
         """A probe's measure; None: it failed, and ``error`` says how."""
-        if name not in self.outstanding:
-            raise ValueError(f"{name}: not probed in this round (outstanding: {self.outstanding})")
-        self.outstanding.remove(name)
+        self._end(name)
         if measure is None:
             self.failed[name] = error or "the probe gave no answer"
         else:
             self.measures.setdefault(name, []).append(measure)
-
-    def retract(self, name: str) -> None:
-        """Take back a probe that never ran (its host was down): it costs nothing and is planned again."""
-        self.outstanding.remove(name)
-        self.probes -= 1
-        self.rounds[-1].remove(name)
-        if not self.rounds[-1]:
-            self.rounds.pop()
 
     def seed(self, name: str, measure: Measure, source: str) -> None:
         """A measure an earlier probe made of the same config, payload and GPU model: used like a probe's, free."""

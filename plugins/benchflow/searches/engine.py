@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -124,6 +125,80 @@ class Strategy(Protocol):
     def write(self, warehouse: Warehouse, dag_id: str, run_id: str, search: Search, result: dict[str, Any]) -> None: ...
     def lines(self, result: dict[str, Any]) -> list[str]: ...
     def round_line(self, algo: Algorithm) -> str: ...
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What a strategy declares once: its name, its DAG's id, its probe runs' prefix, the rounds its DAG has, its
+    conf's fields, its DAG's tags and its state's class (the pure algorithm, with ``from_json``)."""
+
+    name: str
+    dag_id: str
+    run_prefix: str
+    max_rounds: int
+    params: dict[str, tuple[Any, dict[str, Any]]]
+    tags: tuple[str, ...]
+    state: Any
+
+
+class StrategyBase:
+    """What every strategy's class shares: its declaration as class attributes (its module's docstring is its DAG's
+    doc) and the loading of its state."""
+
+    name: ClassVar[str]
+    dag_id: ClassVar[str]
+    run_prefix: ClassVar[str]
+    max_rounds: ClassVar[int]
+    params: ClassVar[dict[str, tuple[Any, dict[str, Any]]]]
+    tags: ClassVar[tuple[str, ...]]
+    doc: ClassVar[str]
+    state_class: ClassVar[Any]
+
+    def __init_subclass__(cls, declared: Declared | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if declared is not None:
+            cls.name, cls.dag_id, cls.run_prefix = declared.name, declared.dag_id, declared.run_prefix
+            cls.max_rounds, cls.params, cls.tags = declared.max_rounds, declared.params, declared.tags
+            cls.state_class, cls.doc = declared.state, sys.modules[cls.__module__].__doc__ or ""
+
+    ranked_by: ClassVar[tuple[str, str, str]] = ("", "", "")  # a ranking's key, count and figure columns
+
+    def load(self, search: Search) -> Any:
+        return self.state_class.from_json(search.state)
+
+    def new_search(self, spec: CampaignSpec, conf: dict[str, Any], facts: dict[str, Any]) -> Search:
+        """A search of this strategy over the campaign ``spec`` (its state is set once it is seeded)."""
+        return Search(self.name, spec.name, spec.dag_id, spec.host_ids, conf, state={}, facts=facts)
+
+    def keys(self, result: dict[str, Any]) -> list[dict[str, Any]]:
+        """The answer's ranking as the rows of ``search_keys``: each key, its verdict, count and figure."""
+        key, n, value = self.ranked_by
+        return [
+            {"key": r[key], "verdict": r["verdict"], "n": r[n], "value": r[value], "low": r["low"], "high": r["high"],
+             "detail": r}
+            for r in result["ranking"]
+        ]  # fmt: skip
+
+    def write(self, warehouse: Warehouse, dag_id: str, run_id: str, search: Search, result: dict[str, Any]) -> None:
+        """A strategy's own tables beside ``searches`` and ``search_keys`` (which the engine writes): none here."""
+
+
+def campaign_param(description: str) -> tuple[Any, dict[str, Any]]:
+    """The ``campaign`` field of a search's conf (required)."""
+    schema = {"type": "string", "pattern": r"^[a-z][a-z0-9_]{0,62}$", "title": "Campaign", "description": description}
+    return "", schema
+
+
+MAX_HOURS_PARAM: tuple[Any, dict[str, Any]] = (
+    6.0,
+    {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "maximum": 168,
+        "title": "Time budget",
+        "description": "No new round starts after this. Unit: hours.",
+    },
+)
 
 
 STRATEGIES: dict[str, Strategy] = {}  # filled as each strategy's module is imported (benchflow.searches does)
@@ -241,8 +316,9 @@ def plan(
     search.probes = kind.probe_confs(search, spec, picks, hosts)
     for probe in search.probes:  # the strategy put each on a live host; one probe per host runs at a time
         probe.run_id = run_id_for(kind.run_prefix, search_run_id, search.round, probe.run_id)
-        if len(search.hosts) > 1 and probe.host is not None:
+        if len(search.hosts) > 1 and probe.host is not None:  # one campaign run per host: the host in its id
             probe.conf = {**probe.conf, HOST: probe.host}
+            probe.run_id = f"{probe.run_id}_{re.sub(r'[^A-Za-z0-9_]', '_', probe.host)}"
         else:
             probe.host = None
         for key in probe.keys:

@@ -19,13 +19,13 @@ from __future__ import annotations
 import itertools
 import math
 import re
-import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from benchflow.analysis.stats import compare, summarize
 from benchflow.params import ConfError
-from benchflow.searches.engine import Probe, Search, register
+from benchflow.searches.engine import MAX_HOURS_PARAM, Declared, Probe, Search, StrategyBase, campaign_param, register
+from benchflow.searches.rounds import Rounds
 
 if TYPE_CHECKING:
     from benchflow.spec import CampaignSpec
@@ -62,7 +62,7 @@ def short(tile: str) -> str:
 
 
 @dataclass
-class TileRace:
+class TileRace(Rounds):
     """The race's whole state, JSON-able (:meth:`to_json`)."""
 
     tiles: list[str]
@@ -72,12 +72,6 @@ class TileRace:
     max_probes: int = 60
     max_seconds: float = 6 * 3600.0
     samples: dict[str, list[float]] = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)
-    rounds: list[list[str]] = field(default_factory=list)
-    outstanding: list[str] = field(default_factory=list)
-    probes: int = 0
-    started_at: float | None = None
-    stopped: str = ""
 
     def _measured(self) -> list[str]:
         return [t for t in self.tiles if t not in self.failed and len(self.samples.get(t, [])) >= 2]
@@ -131,42 +125,27 @@ class TileRace:
         return "budget" if self.stopped else "done"
 
     def next_round(self, now: float | None = None) -> list[str]:
-        if self.outstanding:
-            raise RuntimeError(f"record every probe of the round first: {self.outstanding} outstanding")
-        now = time.time() if now is None else now
-        self.started_at = now if self.started_at is None else self.started_at
+        now = self._now(now)
         if self.status() != "running":
             return []
         picks = [t for t in self.tiles if t not in self.failed and t not in self.samples] or self._open()
-        if now - self.started_at >= self.max_seconds:
+        if self._elapsed(now) >= self.max_seconds:
             self.stopped = f"budget spent (seconds: {self.max_seconds:.0f} s passed)"
             return []
         picks = picks[: max(0, self.max_probes - self.probes)]
         if not picks:
             self.stopped = f"budget spent (probes: {self.max_probes} used)"
             return []
-        self.rounds.append(list(picks))
-        self.outstanding = list(picks)
-        self.probes += len(picks)
+        self._begin(picks)
         return picks
 
     def record(self, tile: str, values: list[float], why: str = "") -> None:
-        if tile not in self.outstanding:
-            raise ValueError(f"{tile}: not probed in this round (outstanding: {self.outstanding})")
-        self.outstanding.remove(tile)
+        self._end(tile)
         good = [float(v) for v in values if v is not None and math.isfinite(float(v)) and float(v) > 0]
         if good:
             self.samples.setdefault(tile, []).extend(good)
         elif tile not in self.samples:
             self.failed[tile] = why or "the probe gave no valid values"
-
-    def retract(self, tile: str) -> None:
-        """Take back a probe that never ran (its host was down): it costs nothing and is planned again."""
-        self.outstanding.remove(tile)
-        self.probes -= 1
-        self.rounds[-1].remove(tile)
-        if not self.rounds[-1]:
-            self.rounds.pop()
 
     def ranking(self) -> list[dict[str, Any]]:
         rows = []
@@ -231,15 +210,7 @@ class TileRace:
 
 
 PARAMS: dict[str, tuple[Any, dict[str, Any]]] = {
-    "campaign": (
-        "",
-        {
-            "type": "string",
-            "pattern": r"^[a-z][a-z0-9_]{0,62}$",
-            "title": "Campaign",
-            "description": "A campaign whose benchmark takes a tile (benchmark.args.tile) and runs one case.",
-        },
-    ),
+    "campaign": campaign_param("A campaign whose benchmark takes a tile (benchmark.args.tile) and runs one case."),
     "case": (
         "m=64",
         {
@@ -282,29 +253,17 @@ PARAMS: dict[str, tuple[Any, dict[str, Any]]] = {
         60,
         {"type": "integer", "minimum": 1, "maximum": 1000, "title": "Probe budget", "description": "Unit: runs."},
     ),
-    "max_hours": (
-        6.0,
-        {
-            "type": "number",
-            "exclusiveMinimum": 0,
-            "maximum": 168,
-            "title": "Time budget",
-            "description": "Unit: hours.",
-        },
-    ),
+    "max_hours": MAX_HOURS_PARAM,
 }
 
 
-class TileStrategy:
+class TileStrategy(
+    StrategyBase,
+    declared=Declared("tiles", DAG_ID, "tiles", MAX_ROUNDS, PARAMS, ("bench", "tile-search"), TileRace),
+):
     """The tile search's campaign side, for :mod:`benchflow.searches.engine`."""
 
-    name: ClassVar[str] = "tiles"
-    dag_id: ClassVar[str] = DAG_ID
-    run_prefix: ClassVar[str] = "tiles"
-    max_rounds: ClassVar[int] = MAX_ROUNDS
-    params: ClassVar[dict[str, tuple[Any, dict[str, Any]]]] = PARAMS
-    tags: ClassVar[list[str]] = ["bench", "tile-search"]
-    doc: ClassVar[str] = __doc__ or ""
+    ranked_by = ("tile", "n", "mean")
 
     def check_spec(self, spec: CampaignSpec) -> str:
         if spec.result_kind.case_conf is None or "tile" not in spec.benchmark.args:
@@ -326,11 +285,9 @@ class TileStrategy:
             max_probes=conf["max_probes"],
             max_seconds=conf["max_hours"] * 3600.0,
         )
-        facts = {"case": conf["case"], "metric": conf["metric"]}
-        return Search(self.name, spec.name, spec.dag_id, spec.host_ids, conf, race.to_json(), facts)
-
-    def load(self, search: Search) -> TileRace:
-        return TileRace.from_json(search.state)
+        search = self.new_search(spec, conf, {"case": conf["case"], "metric": conf["metric"]})
+        search.state = race.to_json()
+        return search
 
     def next_round(self, algo: TileRace, now: float, slots: int) -> list[tuple[str, int]]:
         return [(tile, 0) for tile in algo.next_round(now)]
@@ -366,16 +323,6 @@ class TileStrategy:
 
     def answer(self, search: Search, algo: TileRace) -> dict[str, Any]:
         return algo.result()
-
-    def keys(self, result: dict[str, Any]) -> list[dict[str, Any]]:
-        return [
-            {"key": r["tile"], "verdict": r["verdict"], "n": r["n"], "value": r["mean"], "low": r["low"],
-             "high": r["high"], "detail": r}
-            for r in result["ranking"]
-        ]  # fmt: skip
-
-    def write(self, warehouse: Warehouse, dag_id: str, run_id: str, search: Search, result: dict[str, Any]) -> None:
-        """Nothing beside the searches' own tables (``searches``, ``search_keys``): the engine writes those."""
 
     def lines(self, result: dict[str, Any]) -> list[str]:
         lines = [f"tile search: {result['summary']}", ""]

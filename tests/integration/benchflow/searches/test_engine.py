@@ -84,6 +84,7 @@ def test_a_probe_whose_host_went_down_is_measured_again_on_another(pool):
     search = engine.start("bisect", CONF, pool)
     search = engine.plan(search, RUN_ID, check=lambda host: "")  # both answered when the round was planned
     assert sorted(p.host for p in search.probes) == ["gpu_down", "gpu_up"]
+    assert len({p.run_id for p in search.probes}) == 2 and all(p.run_id.endswith(p.host) for p in search.probes)
     lost, kept = (next(p for p in search.probes if p.host == host) for host in ("gpu_down", "gpu_up"))
     load_probe(pool, kept.run_id, kept.keys[0], [100.0, 101.0, 99.0, 100.5, 100.2])
     engine.record(search, pool, DAG_ID, RUN_ID)  # gpu_down's run loaded nothing, and gpu_down no longer answers
