@@ -8,6 +8,9 @@
   table or view only that kind has), not as a part of a name (``SERVING_COLUMNS``, ``kernel_x``), not as an import.
 * Nothing outside ``warehouse/`` holds SQL text (the kinds' DDL lives in ``include/sql/``).
 * No function is longer than 60 lines (a Triton kernel's body excepted).
+* The library's imports of its own packages sit at the top of its modules: at most 15 % inside functions, each
+  with its reason on its line (what DAG parsing or an Airflow-free reader must not load); its top level holds at
+  most 14 loose modules; every search DAG file is at most 30 lines (the engine builds it).
 
 Each check is a function over source text, and ``test_the_checks_find_what_they_look_for`` plants a violation of
 each: a check that cannot fail is no check.
@@ -260,6 +263,25 @@ def long_functions(path: Path, text: str | None = None) -> list[str]:
     return hits
 
 
+def inner_imports(path: Path, text: str | None = None) -> tuple[int, list[tuple[int, str]]]:
+    """A module's first-party imports (the three packages): how many, and those inside functions with their line's
+    text (a reason is a comment on it)."""
+    source = text if text is not None else path.read_text()
+    tree, lines = ast.parse(source), source.splitlines()
+    inside = {
+        id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) for n in ast.walk(f)
+    }
+    total, found = 0, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            if any(m.split(".")[0] in PACKAGES for m in modules):
+                total += 1
+                if id(node) in inside:
+                    found.append((node.lineno, lines[node.lineno - 1]))
+    return total, found
+
+
 def sources(roots: Iterable[Path], outside: str = "") -> list[Path]:
     files = [p for root in roots for p in ([root] if root.is_file() else root.rglob("*.py"))]
     return sorted(p for p in files if not outside or outside not in p.relative_to(PROJECT_ROOT).parts)
@@ -328,6 +350,30 @@ def test_no_function_is_longer_than_60_lines():
     assert not hits, "functions over 60 lines:\n" + "\n".join(hits)
 
 
+def test_the_librarys_own_imports_sit_at_the_top_each_one_inside_a_function_with_its_reason():
+    total, inner = 0, []
+    for path in sorted(LIBRARY.rglob("*.py")):
+        count, found = inner_imports(path)
+        total += count
+        inner += [f"{path.relative_to(PROJECT_ROOT)}:{line}: {text.strip()}" for line, text in found]
+    assert len(inner) <= 0.15 * total, f"{len(inner)} of {total} first-party imports inside functions:\n" + "\n".join(
+        inner
+    )
+    assert not [i for i in inner if "#" not in i], "an import inside a function without its reason"
+
+
+def test_the_library_has_few_loose_modules_and_each_search_dag_file_is_short():
+    loose = sorted(p.name for p in LIBRARY.glob("*.py") if p.name != "__init__.py")
+    assert len(loose) <= 14, loose
+    from benchflow.searches.engine import STRATEGIES
+
+    files = {PROJECT_ROOT / "dags" / f"{k.dag_id.removeprefix('bench_')}.py" for k in STRATEGIES.values()}
+    assert {f.name for f in files} == {"bisect.py", "config_search.py", "tile_search.py"}
+    assert all(len(f.read_text().splitlines()) <= 30 for f in files), {
+        f.name: len(f.read_text().splitlines()) for f in files
+    }
+
+
 def test_the_checks_find_what_they_look_for(tmp_path):
     """Each check catches a planted violation (and the graph finds a planted circle)."""
     planted = tmp_path / "planted.py"
@@ -352,6 +398,13 @@ def test_the_checks_find_what_they_look_for(tmp_path):
         "host/benchhost/planted.py:2: benchhost imports benchflow.spec",
     ]
     assert long_functions(PROJECT_ROOT / "planted.py", text) == [f"planted.py:8: f ({MAX_LINES + 2} lines)"]
+    inner = (
+        "from benchflow import spec\ndef g():\n    from benchflow import kinds\n    from benchflow import x  # why\n"
+    )
+    assert inner_imports(planted, inner) == (
+        3,
+        [(3, "    from benchflow import kinds"), (4, "    from benchflow import x  # why")],
+    )
 
 
 def test_airflow_loads_only_the_ui_plugin_from_the_plugins_folder():
