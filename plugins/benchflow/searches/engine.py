@@ -366,8 +366,11 @@ def finish(
     elif search.probes:
         ended = ", ".join(p.run_id for p in search.probes)
         search.ended = search.ended or f"{ENDED_PROBES} before they were recorded (round {search.round}: {ended})"
-    elif not search.ended and algo.status() == "running" and kind.next_round(kind.load(search), now or time.time(), 1):
-        search.ended = f"failed: the DAG's {kind.max_rounds} rounds ran out before the search was over"
+    elif not search.ended and algo.status() == "running":  # no plan said why it stopped: ask the strategy now
+        if kind.next_round(algo, now or time.time(), 1):
+            search.ended = f"failed: the DAG's {kind.max_rounds} rounds ran out before the search was over"
+        else:
+            search.state = algo.to_json()  # what it stopped at (a budget spent), in its own words
     return search, save(search, warehouse, dag_id, run_id)
 
 

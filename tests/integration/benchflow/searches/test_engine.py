@@ -110,3 +110,17 @@ def test_a_search_whose_probe_runs_ended_or_that_was_cancelled_says_so_with_what
     assert result["status"] == "cancelled" and result["summary"].startswith("cancelled: marked failed; what it knew:")
     (row,) = queries.bisections(pool, "toy_pool").to_dict("records")
     assert row["status"] == "cancelled" and ended.ended.startswith("cancelled")
+
+
+def test_a_search_whose_last_plan_left_nothing_says_why_it_stopped(pool):
+    """Its budget spent after a recorded round, with no later plan to say so (a plan's state lost, a DAG without
+    one): finish asks the strategy, and the answer is the narrowest range with the budget named, never 'running'."""
+    search = engine.start("bisect", {**CONF, "max_probes": 2}, pool)
+    search = engine.plan(search, RUN_ID, check=lambda host: "")
+    for probe, level in zip(search.probes, (100.0, 130.0), strict=True):  # good, then bad: 30 % slower
+        load_probe(pool, probe.run_id, probe.keys[0], [level * (1 + 0.01 * i) for i in range(5)])
+    engine.record(search, pool, DAG_ID, RUN_ID, check=lambda host: "")
+    _, result = engine.finish([search], pool, DAG_ID, RUN_ID)
+    assert result["status"] == "range" and "budget spent (probes: 2 used)" in result["stopped"], result["summary"]
+    (row,) = queries.bisections(pool, "toy_pool").to_dict("records")
+    assert row["status"] == "range"
