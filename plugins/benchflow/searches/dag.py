@@ -83,7 +83,7 @@ def _finish(name: str, rounds: int, **context: Any) -> dict[str, Any]:
 
 
 def search_dag(name: str) -> DAG:
-    """The search DAG of the strategy ``name``: ``bisect``, ``config``."""
+    """The search DAG of the strategy ``name``: ``bisect``, ``config``, ``tiles``."""
     kind = strategy(name)
     with DAG(
         dag_id=kind.dag_id,
