@@ -253,25 +253,37 @@ def stop_groups(pgids: Iterable[int], grace_s: float = 30.0, started: Mapping[in
     where ``started`` records it (pid → :func:`created`), started at that time. A leader that is gone leaves a
     number that another job's group may have by now. The members are then signalled one by one through psutil,
     which checks each is still the process it found, so nothing recycled in the grace is signalled either."""
-    ours = set()
+    ours: dict[int, float] = {}  # pgid -> its leader's start: every member started then or later
     for pgid in pgids:
         with contextlib.suppress(psutil.Error, OSError):
             when = psutil.Process(pgid).create_time()
             if os.getpgid(pgid) == pgid and (not started or started.get(pgid) in (None, when)):
-                ours.add(pgid)
-    members = []
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, OSError):
-            if os.getpgid(proc.pid) in ours:
-                members.append(proc)
+                ours[pgid] = when
+    members = _members(ours)
     for proc in members:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
     _, left = psutil.wait_procs(members, timeout=grace_s)
-    for proc in left:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(left, timeout=10)
+    for _ in range(3):  # what is left, and what a group started while it was being stopped (a respawned worker)
+        late = list({p.pid: p for p in [*left, *_members(ours)]}.values())
+        if not late:
+            return
+        for proc in late:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        _, left = psutil.wait_procs(late, timeout=10)
+
+
+def _members(groups: Mapping[int, float]) -> list[psutil.Process]:
+    """The live processes of these groups (pgid → its leader's start) that started no earlier than their leader:
+    a group's process that outlived its leader is still found, one of another group that took the number is not."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            pgid = os.getpgid(proc.pid)
+            if pgid in groups and proc.create_time() >= groups[pgid] and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+    return found
 
 
 class AirflowStack:
