@@ -555,8 +555,10 @@ class AcquireHostSensor(HostOperator, BaseSensorOperator):
         super().__init__(**kwargs)
         self.lease_ttl_s = lease_ttl_s
 
+    _owner: str | None = None  # who this try asks the lease for: on_kill gives back what it may have taken
+
     def poke(self, context: Context) -> bool:
-        owner = layout.lease_owner(context["dag"].dag_id, context["run_id"])
+        owner = self._owner = layout.lease_owner(context["dag"].dag_id, context["run_id"])
         command = lease.acquire_command(self.host.workdir, owner, self.lease_ttl_s)
         state = lease.parse_acquire(self.host.check(command, 60, "take the host lease").stdout)
         if state.acquired:
@@ -564,6 +566,21 @@ class AcquireHostSensor(HostOperator, BaseSensorOperator):
             return True
         self.log.info("host %s is leased by %s until %s: waiting", self.host_id, state.holder, state.until)
         return False
+
+    def on_kill(self) -> None:
+        """Killed mid-poke (its run marked failed): the lease this poke may just have taken is given back, since
+        the run's ``release_host`` teardown runs only after a setup that succeeded, which this one then is not."""
+        if self._owner is None:
+            return
+        try:
+            self.log.info(
+                "killed: host %s lease of %s: %s",
+                self.host_id,
+                self._owner,
+                cleanup.release_host(self.host, self._owner),
+            )
+        except Exception as exc:  # the kill goes on; the lease then lapses at its TTL
+            self.log.warning("killed: giving the lease of host %s back failed: %s", self.host_id, exc)
 
 
 class ReleaseHostOperator(TeardownOperator):

@@ -139,9 +139,20 @@ def repos() -> dict[str, PayloadRepo]:
 
 
 @pytest.fixture(scope="session")
-def stack(repos: dict[str, PayloadRepo]) -> Iterator[AirflowStack]:
+def ssh_hosts() -> Iterator[dict[str, LoopbackSSHD]]:
+    """The stack's SSH hosts on loopback, by name: a test reads what a run left in a host's workdir (its lease)."""
+    hosts = {name: LoopbackSSHD(VAR / "stack" / f"sshd-{name}").start() for name in ("gpu_a", "gpu_b", "gpu_c")}
+    try:
+        yield hosts
+    finally:
+        for host in hosts.values():
+            host.stop()
+
+
+@pytest.fixture(scope="session")
+def stack(repos: dict[str, PayloadRepo], ssh_hosts: dict[str, LoopbackSSHD]) -> Iterator[AirflowStack]:
     root = VAR / "stack"
-    hosts = {name: LoopbackSSHD(root / f"sshd-{name}").start() for name in ("gpu_a", "gpu_b", "gpu_c")}
+    hosts = ssh_hosts
     specs = {name: SPEC.format(what=what, host=host, delay=delay) for name, (what, host, delay) in CAMPAIGNS.items()}
     specs["stack_a2"] += DEADLINE  # its run waits behind stack_a1's: past its deadline, whichever goes first
     specs["stack_decide"] = DECIDE
@@ -188,5 +199,3 @@ def stack(repos: dict[str, PayloadRepo]) -> Iterator[AirflowStack]:
         yield airflow
     finally:
         airflow.stop()
-        for host in hosts.values():
-            host.stop()
