@@ -338,7 +338,7 @@ def _before_benchmark(
         payload=spec.payload_name,
         git=spec.git_payload.model_dump() if spec.git_payload else None,
         requires=spec.requires,
-        shipped=[str(path) for path in spec.result_kind.shipped(spec.benchmark)],
+        shipped=[str(path) for path in spec.benchmark.shipped()],
         execution_timeout=_seconds(timeouts.deploy),
         **on_host,
     )
@@ -423,7 +423,7 @@ def _config_stage(
     spec: CampaignSpec, config: ServingConfig, run_args: Any, on_host: dict[str, Any], after_teardown: bool
 ) -> tuple[Any, Any]:
     timeouts = spec.timeouts
-    stage_args = spec.result_kind.config_args(spec.benchmark, config)
+    stage_args = spec.benchmark.config_args(config)
     servers_up = LaunchServersOperator(  # after the previous config's teardown: runs when this run skipped that one
         task_id="launch_servers",
         config=config,

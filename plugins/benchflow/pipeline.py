@@ -199,7 +199,8 @@ def add_telemetry(
     artifacts.write_jsonl(fetched.store, "telemetry_phase_gpus.jsonl", phase_gpus)
     artifacts.write_jsonl(fetched.store, "server_samples.jsonl", run.server_timeline())
     artifacts.write_jsonl(fetched.store, "phase_servers.jsonl", phase_servers)
-    verdicts = kind.bottlenecks(rows, run, phase_gpus, phase_servers, context.rules) if kind.bottlenecks else []
+    given = kind.bottleneck_rules(context.rules)
+    verdicts = kind.bottlenecks(rows, run, phase_gpus, phase_servers, given) if kind.bottlenecks else []
     artifacts.write_jsonl(fetched.store, "phase_bottlenecks.jsonl", verdicts)
     notes += [n for n in (run.note(), run.metrics_note()) if n]
     if kind.validity and (judged := [r for r in rows if r.get(kind.validity) not in (None, "ok")]):
@@ -295,9 +296,9 @@ def detect(warehouse: Warehouse, spec: CampaignSpec, run_id: str) -> Verdict:
 
 def parse_task(spec: CampaignSpec, fetched: dict[str, Any], run_args: dict[str, Any], **context: Any) -> dict[str, Any]:
     kind, bench = spec.result_kind, spec.benchmark
-    defaults = {k: run_args[k] for k in kind.row_defaults if k in run_args} | kind.spec_row_values(bench)
+    defaults = {k: run_args[k] for k in kind.row_defaults if k in run_args} | bench.row_values()
     run = RunContext.of(spec, run_args)
-    options = kind.parser_options(bench)
+    options = bench.parser_options()
     parsed = parse(
         Fetched.from_xcom(fetched), kind, bench.format, bench.marker, options, defaults, run, dead(spec, context)
     )
@@ -321,7 +322,7 @@ def validate_task(
     spec: CampaignSpec, parsed: dict[str, Any], run_args: dict[str, Any], **context: Any
 ) -> dict[str, Any]:
     kind = spec.result_kind
-    outcome = validate(Parsed.from_xcom(parsed), kind, kind.suite_params(spec.benchmark, run_args))
+    outcome = validate(Parsed.from_xcom(parsed), kind, spec.benchmark.suite_params(run_args))
     print(outcome.summary())
     return asdict(outcome)
 

@@ -33,7 +33,6 @@ from pydantic import (
 )
 
 from benchflow import kinds
-from benchflow.analysis.bottleneck import rules
 from benchflow.hosts import edge_queue
 from benchflow.params import check_defaults
 from benchflow.paths import campaigns_dir, kernels_dir
@@ -470,13 +469,14 @@ class CampaignSpec(_Model):
     validity: Validity = Field(default_factory=Validity)
     bottleneck: dict[str, float] = Field(
         default_factory=dict,
-        description="thresholds of the bottleneck rules (benchflow/analysis/bottleneck.yaml) this campaign changes",
+        description="thresholds of its kind's bottleneck rules (benchflow/kinds/<kind>/bottleneck.yaml) it changes",
     )
 
     @field_validator("bottleneck")
     @classmethod
-    def _known_thresholds(cls, value: dict[str, float]) -> dict[str, float]:
-        rules().with_thresholds(value)  # an unknown name is refused, naming the known ones
+    def _known_thresholds(cls, value: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        if (kind := info.data.get("kind")) in kinds.names():
+            kinds.get(kind).bottleneck_rules(value)  # an unknown name is refused, naming the kind's known ones
         return value
 
     @field_validator("benchmark", mode="wrap")

@@ -156,5 +156,5 @@ def test_a_search_over_request_rate_goes_to_the_driver_as_it_is(tmp_path):
     rate = {**SEARCH, "over": "request_rate", "range": [1.0, 64.0]}
     spec.write_text(SPEC.replace(json.dumps(SEARCH), json.dumps(rate)))
     loaded = load_spec(spec)
-    args = loaded.result_kind.config_args(loaded.benchmark, loaded.configs[0])
+    args = loaded.benchmark.config_args(loaded.configs[0])
     assert json.loads(args["search"])["over"] == "request_rate" and json.loads(args["search"])["range"] == [1.0, 64.0]

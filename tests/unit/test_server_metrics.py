@@ -1,5 +1,5 @@
 """The servers' own metrics read into canonical columns and cut per phase (benchhost.telemetry.servers), and the
-bottleneck rules over a phase's signals (benchflow.analysis.bottleneck, the serving and kernel signals)."""
+bottleneck rules over a phase's signals (benchflow.kinds.rules, the serving and kernel signals and rules)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import json
 
 import pytest
 
-from benchflow.analysis.bottleneck import NO_EVIDENCE, judge, rules
+from benchflow import kinds
+from benchflow.kinds.rules import NO_EVIDENCE, judge
 from benchflow.kinds.serving import bottleneck as serving
 from benchflow.spec import ServingConfig
 from benchhost.telemetry import servers
 from benchhost.telemetry.files import Phase
 
 pytestmark = pytest.mark.unit
+SERVING = kinds.get("serving").bottleneck_rules()
 
 NAMES = {
     "sglang:num_running_reqs": servers.Name("sglang", "running", "gauge", "sum"),
@@ -91,7 +93,7 @@ def _phase(roles: dict, gpus: dict, load: dict | None = None) -> dict:
 
 def test_decode_holding_the_requests_with_busy_gpus_is_decode_bound_with_its_evidence():
     found = _phase({"prefill": (0.2, 0.0, 0.1, 0), "decode": (3.0, 21.0, 0.42, 0)}, {"prefill": 11, "decode": 97})
-    verdict = judge(found, context=serving.figures(found))
+    verdict = judge(found, SERVING, serving.figures(found))
     assert (verdict.verdict, verdict.limiter) == ("decode-bound", "decode")
     assert "decode holds 99%" in verdict.says
     assert "decode: GPUs 1 at 97 %, 3.0 running, 21.0 queued, KV 42%" in verdict.says
@@ -101,12 +103,12 @@ def test_decode_holding_the_requests_with_busy_gpus_is_decode_bound_with_its_evi
 
 def test_prefill_holding_the_requests_is_prefill_bound():
     found = _phase({"prefill": (1.0, 6.0, 0.1, 0), "decode": (0.5, 0.0, 0.2, 0)}, {"prefill": 95, "decode": 40})
-    assert judge(found).verdict == "prefill-bound"
+    assert judge(found, SERVING).verdict == "prefill-bound"
 
 
 def test_a_full_kv_cache_that_preempts_is_kv_bound():
     found = _phase({"single": (4.0, 0.0, 0.99, 310)}, {"single": 90})
-    verdict = judge(found)
+    verdict = judge(found, SERVING)
     assert verdict.verdict == "kv-bound"
     assert verdict.says == "KV-cache bound at single: usage 99%, 310 preemptions"
 
@@ -115,25 +117,28 @@ def test_a_busy_client_is_named_before_the_servers():
     record = {"config": "c", "concurrency": 8, "repeat": 1}
     record |= {"load_start": {"online_cpus": 4}, "load_end": {"online_cpus": 4}}
     found = _phase({"single": (4.0, 5.0, 0.5, 0)}, {"single": 90}) | {"client_core_pct": 99.0}
-    assert judge(found).verdict == "client-bound"
+    assert judge(found, SERVING).verdict == "client-bound"
 
 
 def test_missing_metrics_or_signals_that_disagree_are_not_enough_evidence():
     rows = [{"config": "c", "concurrency": 8, "repeat": 1, "server": "decode", "role": "decode", "scrapes": 0}]
     rows[0]["note"] = "no metrics endpoint (HTTP 404 from http://127.0.0.1:1/metrics)"
-    missing = judge(serving.signals({"config": "c", "concurrency": 8, "repeat": 1}, rows, []))
+    missing = judge(serving.signals({"config": "c", "concurrency": 8, "repeat": 1}, rows, []), SERVING)
     assert missing.verdict == NO_EVIDENCE and "HTTP 404" in missing.says
     idle = _phase({"prefill": (0.1, 0.0, 0.1, 0), "decode": (3.0, 9.0, 0.3, 0)}, {"prefill": 96, "decode": 5})
-    disagree = judge(idle)
+    disagree = judge(idle, SERVING)
     assert disagree.verdict == NO_EVIDENCE and "signals disagree" in disagree.says
 
 
 def test_thresholds_are_data_and_a_spec_may_change_known_ones_only():
     found = _phase({"prefill": (1.0, 0.0, 0.1, 0), "decode": (2.0, 0.0, 0.2, 0)}, {"prefill": 90, "decode": 90})
-    assert judge(found).verdict != "decode-bound"  # 67 % of the requests: under the 70 % share
-    assert judge(found, rules().with_thresholds({"share": 0.6})).verdict == "decode-bound"
+    assert judge(found, SERVING).verdict != "decode-bound"  # 67 % of the requests: under the 70 % share
+    assert judge(found, kinds.get("serving").bottleneck_rules({"share": 0.6})).verdict == "decode-bound"
     with pytest.raises(ValueError, match="unknown bottleneck thresholds \\['shares'\\]"):
-        rules().with_thresholds({"shares": 0.6})
+        kinds.get("serving").bottleneck_rules({"shares": 0.6})
+    with pytest.raises(ValueError, match="unknown bottleneck thresholds \\['roofline_pct'\\]"):
+        kinds.get("serving").bottleneck_rules({"roofline_pct": 60})  # a kernel's: each kind has its own rules
+    assert kinds.get("kernel").bottleneck_rules({"roofline_pct": 60}).thresholds["roofline_pct"] == 60
 
 
 def test_a_kernel_row_is_placed_on_its_roofline():
@@ -143,7 +148,7 @@ def test_a_kernel_row_is_placed_on_its_roofline():
 
     rows = [{"m": 1, "pct_roofline": 85.0, "bound": "memory", "ms_per_call": 0.1, "roofline_ms": 0.085}]
     rows += [{"m": 2048, "pct_roofline": 12.0, "bound": "compute"}, {"m": 4}]
-    got = bottlenecks(rows, SimpleNamespace(run_args={"dtype": "bf16"}), [], [])
+    got = bottlenecks(rows, SimpleNamespace(run_args={"dtype": "bf16"}), [], [], kinds.get("kernel").bottleneck_rules())
     assert [(r["m"], r["verdict"]) for r in got] == [(1, "memory-bound"), (2048, "below-roofline")]
     assert json.loads(got[0]["evidence"])["pct_roofline"] == 85.0
 
@@ -172,7 +177,10 @@ def test_a_run_says_one_verdict_per_config_at_its_highest_load_and_whether_two_s
     from benchflow.analysis.bottleneck import headlines, same_limiter
 
     def row(config, concurrency, verdict):
-        return {"config": config, "concurrency": concurrency, "verdict": verdict, "says": f"{verdict}: figures"}
+        return {"kind": "serving", "config": config, "concurrency": concurrency} | {
+            "verdict": verdict,
+            "says": f"{verdict}: figures",
+        }
 
     pd = [row("pd", 1, "under-loaded"), row("pd", 8, "decode-bound"), row("pd", 8, "decode-bound")]
     pd.append(row("pd", 8, NO_EVIDENCE))
@@ -184,5 +192,5 @@ def test_a_run_says_one_verdict_per_config_at_its_highest_load_and_whether_two_s
     assert same_limiter(pd, single) == "decode-bound"  # pd's most common verdict at its highest load
     assert same_limiter(pd, [row("single", 8, "kv-bound")]) is None
     assert same_limiter([row("a", 8, NO_EVIDENCE)], [row("b", 8, NO_EVIDENCE)]) is None
-    kernel = [{"m": 1, "verdict": "memory-bound"}, {"m": 2, "verdict": "memory-bound"}]
+    kernel = [{"kind": "kernel", "m": m, "verdict": "memory-bound"} for m in (1, 2)]
     assert headlines(kernel) == ["bottleneck: memory-bound at m=1, 2"]

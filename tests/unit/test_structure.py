@@ -11,6 +11,8 @@
 * The library's imports of its own packages sit at the top of its modules: at most 15 % inside functions, each
   with its reason on its line (what DAG parsing or an Airflow-free reader must not load); its top level holds at
   most 14 loose modules; every search DAG file is at most 30 lines (the engine builds it).
+* The bottleneck rule engine (``kinds/rules.py``) knows no kind; each kind's rules are a YAML file in its folder,
+  and a kind's declaration holds at most 8 callables (what is not data is a function of the rows).
 
 Each check is a function over source text, and ``test_the_checks_find_what_they_look_for`` plants a violation of
 each: a check that cannot fail is no check.
@@ -372,6 +374,22 @@ def test_the_library_has_few_loose_modules_and_each_search_dag_file_is_short():
     assert all(len(f.read_text().splitlines()) <= 30 for f in files), {
         f.name: len(f.read_text().splitlines()) for f in files
     }
+
+
+def test_each_kind_declares_its_bottleneck_rules_as_data_beside_it_and_few_callables():
+    """The rule engine (kinds/rules.py) imports nothing of the library; each kind's rules file sits in its folder;
+    what a kind declares is data except what is a function of the rows (at most 8 callables on ResultKind)."""
+    import dataclasses
+
+    engine = (LIBRARY / "kinds" / "rules.py").read_text()
+    assert not re.search(r"^\s*(from|import) bench", engine, re.M), "the rule engine imports the library"
+    with_rules = [k for k in kinds.all_kinds() if k.rules is not None]
+    assert with_rules, "no kind declares bottleneck rules"
+    for kind in with_rules:
+        assert kind.rules.parent == LIBRARY / "kinds" / kind.name and kind.rules.suffix == ".yaml", kind.rules
+        assert kind.bottleneck_rules().rules, f"{kind.rules} holds no rules"
+    callables = [f.name for f in dataclasses.fields(kinds.ResultKind) if "Callable" in str(f.type)]
+    assert len(callables) <= 8, callables
 
 
 def test_the_checks_find_what_they_look_for(tmp_path):

@@ -111,7 +111,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
             print(exc, file=sys.stderr)
             return 2
         kind, fmt, marker = spec.kind, spec.benchmark.format, spec.benchmark.marker
-        options = spec.result_kind.parser_options(spec.benchmark)
+        options = spec.benchmark.parser_options()
     try:
         text = read_output(path)
         found, reader = kinds.resolve(text, kind, fmt)

@@ -1,194 +1,38 @@
-"""Which part limits a phase: the rules of ``bottleneck.yaml`` (data, with their thresholds) over the signals a
-result kind gives for the phase (a flat mapping: ``client_core_pct``, ``decode.share``, ``pct_roofline`` ...).
-
-:func:`judge` returns a :class:`Verdict`: the first rule whose conditions all hold names the limiter, with its
-line and the evidence (every signal with its value); when none holds, "not enough evidence", saying which
-signals were missing and which disagreed. Pure: no I/O beyond reading the rules once.
-"""
+"""What a run's bottleneck verdicts (``phase_bottlenecks``, drawn by each kind's rules: :mod:`benchflow.kinds.rules`)
+say in a line, as ``bench run``, the campaign page and the comparison say them. Each verdict row names its kind, whose
+declarations tell how its phases are laid out: its ``group`` (serving: a config) and its load axis
+(:meth:`~benchflow.kinds.ResultKind.axis`: concurrency or request rate, a kernel's M)."""
 
 from __future__ import annotations
 
-import math
-import operator
-import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import cache
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-RULES_FILE = Path(__file__).resolve().parent / "bottleneck.yaml"
-NO_EVIDENCE = "not enough evidence"
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    ">=": operator.ge,
-    ">": operator.gt,
-    "<=": operator.le,
-    "<": operator.lt,
-}
-_CONDITION = re.compile(r"^\s*([A-Za-z_@][A-Za-z0-9_.@]*)\s*(>=|<=|>|<)\s*([A-Za-z0-9_.+-]+)\s*$")
-_FIELD = re.compile(r"\{([A-Za-z_@][A-Za-z0-9_.@]*)(?::([^}]*))?\}")
-
-
-@dataclass(frozen=True)
-class Rule:
-    verdict: str
-    when: tuple[str, ...]
-    says: str
-    unless: tuple[str, ...] = ()
-    for_each: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Rules:
-    thresholds: Mapping[str, float]
-    rules: tuple[Rule, ...]
-
-    def with_thresholds(self, overrides: Mapping[str, float] | None) -> Rules:
-        """These rules with some thresholds changed (a spec's ``bottleneck:``); an unknown name is refused."""
-        if not overrides:
-            return self
-        if unknown := sorted(set(overrides) - set(self.thresholds)):
-            raise ValueError(f"unknown bottleneck thresholds {unknown} (known: {', '.join(sorted(self.thresholds))})")
-        return Rules({**self.thresholds, **overrides}, self.rules)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    verdict: str  # e.g. decode-bound, kv-bound, client-bound, not enough evidence
-    limiter: str | None  # the role or part named (decode, client, router ...); None without a verdict
-    says: str  # the verdict's line, with its figures
-    evidence: dict[str, Any] = field(default_factory=dict)  # every signal given, with its value
-
-
-def _read(path: Path) -> Rules:
-    import yaml
-
-    data = yaml.safe_load(path.read_text())
-    thresholds = {str(k): float(v) for k, v in (data.get("thresholds") or {}).items()}
-    rules = tuple(
-        Rule(
-            verdict=str(r["verdict"]),
-            when=tuple(r.get("when") or ()),
-            says=str(r.get("says") or r["verdict"]),
-            unless=tuple(r.get("unless") or ()),
-            for_each=tuple(r.get("for_each") or ()),
-        )
-        for r in data.get("rules") or ()
-    )
-    for rule in rules:
-        for text in (*rule.when, *rule.unless):
-            _parse(text, thresholds)
-    return Rules(thresholds, rules)
-
-
-@cache
-def rules(path: Path = RULES_FILE) -> Rules:
-    """The rules and thresholds of ``bottleneck.yaml``, each condition checked as it is read."""
-    return _read(path)
-
-
-def _parse(text: str, thresholds: Mapping[str, float]) -> tuple[str, Callable[[float, float], bool], float]:
-    match = _CONDITION.match(text)
-    if match is None:
-        raise ValueError(f"bottleneck rule condition {text!r}: expected 'SIGNAL OP VALUE'")
-    signal, op, value = match.groups()
-    if value in thresholds:
-        return signal, _OPS[op], thresholds[value]
-    try:
-        return signal, _OPS[op], float(value)
-    except ValueError:
-        raise ValueError(f"bottleneck rule condition {text!r}: {value!r} is neither a number nor a threshold") from None
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value == value else None
-
-
-def _holds(text: str, signals: Mapping[str, Any], thresholds: Mapping[str, float]) -> bool | None:
-    """True/False, or None when the signal is missing."""
-    signal, op, limit = _parse(text, thresholds)
-    value = _number(signals.get(signal))
-    return None if value is None else op(value, limit)
-
-
-def say(template: str, signals: Mapping[str, Any]) -> str:
-    """``template`` with ``{signal:spec}`` fields filled (signal names may hold dots); a missing one is ``?``."""
-
-    def fill(match: re.Match[str]) -> str:
-        value = signals.get(match.group(1))
-        if value is None:
-            return "?"
-        try:
-            return format(value, match.group(2) or "")
-        except (TypeError, ValueError):
-            return str(value)
-
-    return _FIELD.sub(fill, template)
-
-
-def _expand(rule: Rule) -> list[tuple[str | None, Rule]]:
-    if not rule.for_each:
-        return [(None, rule)]
-    out: list[tuple[str | None, Rule]] = []
-    for role in rule.for_each:
-
-        def sub(text: str, role: str = role) -> str:
-            return text.replace("@", role)
-
-        out.append(
-            (role, Rule(sub(rule.verdict), tuple(map(sub, rule.when)), sub(rule.says), tuple(map(sub, rule.unless))))
-        )
-    return out
-
-
-def judge(signals: Mapping[str, Any], given: Rules | None = None, context: str = "") -> Verdict:
-    """The first rule that holds over ``signals``, else "not enough evidence" with what was missing or disagreed.
-    ``context`` (the figures per role, say) is appended to the verdict's line."""
-    given = given or rules()
-    missing: list[str] = []
-    disagree: list[str] = []
-    for rule in given.rules:
-        for role, concrete in _expand(rule):
-            held = [_holds(c, signals, given.thresholds) for c in concrete.when]
-            if None in held:
-                missing += [c.split()[0] for c, h in zip(concrete.when, held, strict=True) if h is None]
-                continue
-            if not all(held):
-                continue
-            against = [c for c in concrete.unless if _holds(c, signals, given.thresholds)]
-            if against:
-                disagree.append(f"{concrete.verdict} but {', '.join(against)}")
-                continue
-            line = say(concrete.says, signals)
-            limiter = role or concrete.verdict.split("-")[0]
-            return Verdict(concrete.verdict, limiter, _join(line, context), dict(signals))
-    why = f"signals disagree ({'; '.join(disagree)})" if disagree else _missing(missing, signals)
-    return Verdict(NO_EVIDENCE, None, _join(f"{NO_EVIDENCE}: {why}", context), dict(signals))
-
-
-def _missing(missing: Sequence[str], signals: Mapping[str, Any]) -> str:
-    if not signals or all(v is None for v in signals.values()):
-        return "no figures for the phase"
-    if signals.get("note"):
-        return str(signals["note"])
-    names = sorted(set(missing))
-    return "no rule holds" + (f" (missing: {', '.join(names[:8])})" if names else "")
-
-
-def _join(line: str, context: str) -> str:
-    return f"{line}; {context}" if context else line
+from benchflow import kinds
+from benchflow.kinds.rules import NO_EVIDENCE
 
 
 def headlines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One line per config (a serving run's verdicts at its highest load, the repeats' most common verdict), or
-    one per verdict with the cases that have it (a kernel sweep's M), from a run's verdict rows."""
-    configs = [r for r in rows if r.get("config") not in (None, "")]
-    if configs:
-        return [_config_line(name, [r for r in configs if r["config"] == name]) for name in _unique(configs, "config")]
-    by_verdict: dict[str, list[str]] = {}
-    for row in rows:
-        by_verdict.setdefault(str(row.get("verdict")), []).append(f"{row.get('m')}")
-    return [f"bottleneck: {verdict} at m={', '.join(ms)}" for verdict, ms in by_verdict.items()]
+    """Per kind of the rows: one line per group (a serving config's verdict at its highest load, the repeats' most
+    common one), or, for a kind without groups, one per verdict with the cases that have it (a kernel sweep's M)."""
+    out: list[str] = []
+    for name in _unique(rows, "kind"):
+        kind = kinds.get(str(name))
+        mine = [r for r in rows if r.get("kind") == name]
+        if kind.group is not None:
+            out += [
+                _group_line(kind, g, [r for r in mine if r.get(kind.group) == g]) for g in _unique(mine, kind.group)
+            ]
+        else:
+            out += _verdict_lines(kind, mine)
+    return out
+
+
+def same_limiter(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> str | None:
+    """The verdict both sides give at their highest load (each side's most common one, as :func:`headlines`
+    says it), e.g. ``decode-bound``; None when they differ, a side has none, or it is "not enough evidence"."""
+    tops = [_common(_at_top(rows)[1]) for rows in (a, b)]
+    return tops[0] if tops[0] is not None and tops[0] == tops[1] and tops[0] != NO_EVIDENCE else None
 
 
 def _unique(rows: Sequence[Mapping[str, Any]], column: str) -> list[Any]:
@@ -199,34 +43,48 @@ def _unique(rows: Sequence[Mapping[str, Any]], column: str) -> list[Any]:
     return seen
 
 
-def _config_line(config: str, rows: Sequence[Mapping[str, Any]]) -> str:
-    """``bottleneck pd at concurrency 8 (3 of 3 repeats): decode-bound: decode holds 94 % ...`` (or ``at request
-    rate 4``)."""
-    axis = load_axis(rows)
-    loads = [float(r[axis]) for r in rows if _number(r.get(axis)) is not None]
-    top = [r for r in rows if r.get(axis) == max(loads)] if loads else list(rows)
-    verdicts = [str(r.get("verdict")) for r in top]
-    common = max(set(verdicts), key=verdicts.count)
-    said = next(str(r.get("says")) for r in top if r.get("verdict") == common)
-    at = f" at {axis.replace('_', ' ')} {max(loads):g}" if loads else ""
-    return f"bottleneck {config}{at} ({verdicts.count(common)} of {len(top)} repeats): {said}"
+def _at_top(rows: Sequence[Mapping[str, Any]]) -> tuple[str, list[Mapping[str, Any]], float | None]:
+    """The rows' load axis (by their kind), the rows at its highest level, and that level (None: no level)."""
+    named = [r for r in rows if r.get("kind")]
+    if not named:
+        return "", list(rows), None
+    kind = kinds.get(str(named[0]["kind"]))
+    axis = kind.axis(kind.frame([dict(r) for r in rows]))
+    loads = [float(r[axis]) for r in rows if _finite(r.get(axis))]
+    if not loads:
+        return axis, list(rows), None
+    return axis, [r for r in rows if _finite(r.get(axis)) and float(r[axis]) == max(loads)], max(loads)
 
 
-def same_limiter(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> str | None:
-    """The verdict both sides give at their highest load (each side's most common one, as :func:`headlines`
-    says it), e.g. ``decode-bound``; None when they differ, a side has none, or it is "not enough evidence"."""
-    tops = [_common(rows) for rows in (a, b)]
-    return tops[0] if tops[0] is not None and tops[0] == tops[1] and tops[0] != NO_EVIDENCE else None
-
-
-def load_axis(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The load the phases were measured at: request_rate when any phase has one, else concurrency."""
-    rates = [_number(r.get("request_rate")) for r in rows]
-    return "request_rate" if any(q is not None and math.isfinite(q) for q in rates) else "concurrency"
+def _finite(value: Any) -> bool:
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool) and value == value and abs(value) != float("inf")
+    )
 
 
 def _common(rows: Sequence[Mapping[str, Any]]) -> str | None:
-    axis = load_axis(rows)
-    loads = [float(r[axis]) for r in rows if _number(r.get(axis)) is not None]
-    verdicts = [str(r.get("verdict")) for r in rows if not loads or r.get(axis) == max(loads)]
+    verdicts = [str(r.get("verdict")) for r in rows]
     return max(set(verdicts), key=verdicts.count) if verdicts else None
+
+
+def _group_line(kind: kinds.ResultKind, group: Any, rows: Sequence[Mapping[str, Any]]) -> str:
+    """``bottleneck pd at concurrency 8 (3 of 3 repeats): decode-bound: decode holds 94 % ...``."""
+    axis, top, level = _at_top(rows)
+    common = _common(top)
+    said = next(str(r.get("says")) for r in top if str(r.get("verdict")) == common)
+    at = f" at {axis.replace('_', ' ')} {level:g}" if level is not None else ""
+    count = sum(str(r.get("verdict")) == common for r in top)
+    return f"bottleneck {group}{at} ({count} of {len(top)} repeats): {said}"
+
+
+def _verdict_lines(kind: kinds.ResultKind, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``bottleneck: memory-bound at m=1, 2, 4``: each verdict with the cases (the point's values) that have it."""
+    axis = kind.axis(kind.frame([dict(r) for r in rows]))
+    by_verdict: dict[str, list[str]] = {}
+    for row in rows:
+        by_verdict.setdefault(str(row.get("verdict")), []).append(_level(row.get(axis)))
+    return [f"bottleneck: {verdict} at {axis}={', '.join(levels)}" for verdict, levels in by_verdict.items()]
+
+
+def _level(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else f"{value}"

@@ -3,9 +3,11 @@
 A kind (``kernel``, ``serving``, ``generic``, …) is a sub-package of this one that defines ``KIND``, a
 :class:`ResultKind`: the output formats that produce its rows (one pure module per format), its warehouse table
 and its columns (each with its type, unit and display label), its key, its trend metrics (with the direction that
-is better), its Great Expectations suite and the suite's parameters from the spec, its own fields of a spec's
-``benchmark`` section (a pydantic model) and of the trigger form, its plots, and (``measures``) whether its rows
-are one named measurement each. The SQL over a kind (its wide view, case and point keys, the query that shows a
+is better), its Great Expectations suite, its own fields of a spec's ``benchmark`` section (a pydantic model that
+also says what they mean to the parser, the suite, a config's job and the rows: :class:`BenchmarkOptions`) and of
+the trigger form, its bottleneck rules (a YAML file, :mod:`benchflow.kinds.rules`), its plots, and (``measures``)
+whether its rows are one named measurement each. What is not data is a function of the rows (its derived columns,
+telemetry, signals, notes, plots). The SQL over a kind (its wide view, case and point keys, the query that shows a
 run's rows) is derived from these declarations by
 :mod:`benchflow.warehouse`; spec, CLI, pipeline, views, regressions and the report look kinds up here, and
 nothing outside this package names one.
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from benchflow.kinds.options import BenchmarkOptions
+from benchflow.kinds.rules import Rules, read_rules
 from benchflow.parsing import Format, ParsedRun, ParseError
 from benchflow.telemetry import columns
 from benchflow.telemetry.columns import UNITS
@@ -103,28 +106,12 @@ class Measures:
     case: str
 
 
-def _no_params(options: Any, args: Mapping[str, Any]) -> dict[str, Any]:
-    return {}
-
-
 def _no_derived(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _no_parser_options(options: Any) -> dict[str, Any]:
-    return {}
-
-
-def _nothing_shipped(options: Any) -> list[Path]:
-    return []
-
-
 def _no_notes(rows: list[dict[str, Any]]) -> list[str]:
     return []
-
-
-def _no_config_args(options: Any, config: Any) -> dict[str, Any]:
-    return {}
 
 
 @dataclass(frozen=True)
@@ -159,23 +146,22 @@ class ResultKind:
     # concurrency level): a run must keep them of one length and may not change the leading one alone
     paired: tuple[tuple[str, ...], ...] = ()
     derive: Callable[[pd.DataFrame], pd.DataFrame] = _no_derived  # columns only the suite checks
-    suite_params: Callable[[Any, Mapping[str, Any]], dict[str, Any]] = _no_params  # (options, run args)
-    parser_options: Callable[[Any], dict[str, Any]] = _no_parser_options  # (options) → keywords of parse
-    config_args: Callable[[Any, Any], dict[str, Any]] = _no_config_args  # (options, config) → the job's extra args
     defaults: Mapping[str, Any] = field(default_factory=dict)  # a column's value when a row leaves it empty
     row_defaults: tuple[str, ...] = ()  # run arguments that fill columns a format leaves empty
     side_tables: tuple[SideTable, ...] = ()
     plots: Callable[[pd.DataFrame, str], list[tuple[str, Any]]] | None = None  # (run rows, title) → figures
     # (rows, benchflow.telemetry.run.RunTelemetry) → the columns each row gains: energy, host load, validity
     telemetry: Callable[[list[dict[str, Any]], Any], list[dict[str, Any]]] | None = None
-    # (rows, RunTelemetry, phase GPU rows, phase server rows, threshold overrides) → one bottleneck verdict row per
-    # phase (benchflow.analysis.bottleneck over the kind's signals); None: the kind draws no verdict
+    # its bottleneck rules (data: benchmark.kinds.rules reads them) and, given them, (rows, RunTelemetry, phase GPU
+    # rows, phase server rows, rules) → one verdict row per phase over the kind's signals; None: no verdict
+    rules: Path | None = None
     bottlenecks: Callable[..., list[dict[str, Any]]] | None = None
     validity: str | None = None  # the column that says whether a row is ok (others never reach a baseline)
     measures: Measures | None = None  # rows that are one named measurement each (their own metrics and units)
-    # (case key as stored, repeats) → the trigger conf that runs only that case, that many times in one run (a
-    # bisection probe); None: the kind cannot narrow a run to one case, a bisection passes its own probe conf
-    case_conf: Callable[[str, int], dict[str, Any]] | None = None
+    # a case column → the run argument (a list) that runs only that case: a bisection's probe runs its case
+    # ``repeats`` times as that list in one run (kernel: ``m`` → ``m_list``); none: the kind cannot narrow a run to
+    # one case, and a bisection passes its own probe conf. See :meth:`case_conf`.
+    case_args: Mapping[str, str] = field(default_factory=dict)
     # (rows, side table → its rows as fetched) → the rows with what a format leaves empty and the benchmark's side
     # files give (serving: ``failed`` of a phase from its requests in requests.jsonl)
     from_side_files: (
@@ -186,11 +172,6 @@ class ResultKind:
     sparse: tuple[str, ...] = ()
     # columns whose values must match for two runs' rows to be compared (serving: the dataset and its sha256)
     comparable_by: tuple[str, ...] = ()
-    # (the spec's benchmark options) → values every row of a run gets (serving: the dataset and its sha256)
-    spec_row_values: Callable[[Any], dict[str, Any]] = _no_parser_options
-    # (the spec's benchmark options) → files on the Airflow side the payload takes to the host, into
-    # ``payload/datasets/`` (serving: a dataset file)
-    shipped: Callable[[Any], list[Path]] = _nothing_shipped
     # (rows, after from_side_files) → what the run's detail says of them (serving: a phase that did not reach the
     # request rate it asked for); none by default
     row_notes: Callable[[list[dict[str, Any]]], list[str]] = _no_notes
@@ -213,6 +194,37 @@ class ResultKind:
             raise ValueError(f"kind {self.name!r}: measures names unknown columns {unknown}")
         if self.headline is not None and self.headline not in {t.column for t in self.trend}:
             raise ValueError(f"kind {self.name!r}: headline {self.headline!r} is not a trend metric")
+        if unknown := [c for c in self.case_args if c not in self.case]:
+            raise ValueError(f"kind {self.name!r}: case_args names columns {unknown} that are not its case")
+        if unknown := [a for a in self.case_args.values() if a not in self.form]:
+            raise ValueError(f"kind {self.name!r}: case_args names run arguments {unknown} it has no form field for")
+        if (self.rules is None) != (self.bottlenecks is None):
+            raise ValueError(f"kind {self.name!r}: bottleneck rules and the signals for them go together")
+
+    def bottleneck_rules(self, overrides: Mapping[str, float] | None = None) -> Rules:
+        """The kind's bottleneck rules with a spec's thresholds (``bottleneck:``); a name they lack is refused."""
+        if self.rules is None:
+            if overrides:
+                raise ValueError(f"kind {self.name!r} draws no bottleneck verdicts: it has no thresholds to change")
+            return Rules({}, ())
+        return read_rules(self.rules).with_thresholds(overrides)
+
+    def case_conf(self, case_key: str, repeats: int) -> dict[str, Any]:
+        """The trigger conf that runs only the case ``case_key`` (``m=64``), ``repeats`` times in one run, each
+        value checked against its run argument's form field; a ValueError says what a case of this kind is."""
+        values = dict(part.partition("=")[::2] for part in case_key.split(","))
+        wanted = ", ".join(f"{c}=<{self.column(c).unit or self.column(c).type}>" for c in self.case_args)
+        if not self.case_args or set(values) != set(self.case_args):
+            raise ValueError(f"case {case_key!r}: a {self.name} case is {wanted or 'not one a run can narrow to'}")
+        conf: dict[str, Any] = {}
+        for column, argument in self.case_args.items():
+            item = self.form[argument].get("items", {})
+            value = _case_value(values[column], self.column(column).type)
+            low, high = item.get("minimum", float("-inf")), item.get("maximum", float("inf"))
+            if value is None or not low <= value <= high:
+                raise ValueError(f"case {case_key!r}: a {self.name} case is {wanted}, {column} within {low}..{high}")
+            conf[argument] = [value] * repeats
+        return conf
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -298,6 +310,14 @@ class ResultKind:
             {**self.defaults, **{k: v for k, v in r.items() if v is not None or k not in self.defaults}} for r in rows
         ]
         return typed_frame(filled, self.columns)
+
+
+def _case_value(text: str, type_: str) -> int | float | None:
+    """A case key's value as its column's number (``64`` of ``m=64``), None when it is not one."""
+    try:
+        return int(text) if type_ == "int" else float(text)
+    except ValueError:
+        return None
 
 
 def _levels(values: pd.Series) -> pd.Series:

@@ -140,7 +140,7 @@ def probe_conf(spec: CampaignSpec, conf: dict[str, Any], sha: str, host: str | N
     """The conf of the campaign run that probes ``sha``: only the case, ``repeats`` times, at that commit."""
     kind = spec.result_kind
     out: dict[str, Any] = {}
-    if kind.case_conf is not None:
+    if kind.case_args:
         try:
             out.update(kind.case_conf(conf["case"], conf["repeats"]))
         except ValueError as exc:
@@ -221,11 +221,10 @@ def reuse(search: Search, bisection: Bisection, spec: CampaignSpec, warehouse: W
 
 def measuring(spec: CampaignSpec, conf: dict[str, Any], case: str, repeats: int) -> dict[str, Any]:
     """What of a run's trigger conf changes what it measures: all of it but the commit, the host and what only
-    narrows the run to the case (the kind's ``case_conf``: ``m_list`` for a kernel)."""
+    narrows the run to the case (the kind's ``case_args``: ``m_list`` for a kernel)."""
     kind = spec.result_kind
     selecting = {"payload_ref", "host", "repeats"}
-    if kind.case_conf is not None:
-        selecting |= set(kind.case_conf(case, repeats))
+    selecting |= set(kind.case_args.values())
     return {k: v for k, v in conf.items() if k not in selecting}
 
 

@@ -266,7 +266,7 @@ class TileStrategy(
     ranked_by = ("tile", "n", "mean")
 
     def check_spec(self, spec: CampaignSpec) -> str:
-        if spec.result_kind.case_conf is None or "tile" not in spec.benchmark.args:
+        if not spec.result_kind.case_args or "tile" not in spec.benchmark.args:
             return f"{spec.name!r} has no benchmark that takes a tile (benchmark.args.tile) and runs one case"
         return ""
 
@@ -295,9 +295,7 @@ class TileStrategy(
     def probe_confs(
         self, search: Search, spec: CampaignSpec, picks: list[tuple[str, int]], hosts: list[str]
     ) -> list[Probe]:
-        case_conf = spec.result_kind.case_conf
-        assert case_conf is not None
-        base = case_conf(search.facts["case"], search.conf["repeats"])
+        base = spec.result_kind.case_conf(search.facts["case"], search.conf["repeats"])
         return [
             Probe(short(tile), hosts[i % len(hosts)], [tile], {**base, "tile": tile})
             for i, (tile, _) in enumerate(picks)

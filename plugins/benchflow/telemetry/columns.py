@@ -104,7 +104,8 @@ PHASE_SERVERS: dict[str, ColumnType] = {
     "note": "text",  # why there are no figures (the endpoint's error), else ""
 }
 
-# phase_bottlenecks: one verdict per phase (benchflow.analysis.bottleneck), with its evidence (after dag_id, run_id)
+# phase_bottlenecks: one verdict per phase (its kind's rules: benchflow.kinds.rules), with its evidence (after
+# dag_id, run_id)
 PHASE_BOTTLENECKS: dict[str, ColumnType] = {
     "kind": "text",
     "config": "text",

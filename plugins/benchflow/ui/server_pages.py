@@ -41,8 +41,9 @@ def verdict_section(warehouse: Warehouse, run: Any) -> str:
     return (
         "<h2>What limits each phase (latest valid run)</h2>"
         f'<ul class="verdicts">{lines}</ul>'
-        '<p class="muted">By the rules of benchflow/analysis/bottleneck.yaml over the servers\' own metrics, the '
-        "GPUs' telemetry and the load generator's CPU; each verdict lists its evidence.</p>" + table(shown)
+        '<p class="muted">By the rules of its kind (benchflow/kinds/&lt;kind&gt;/bottleneck.yaml) over the '
+        "servers' own metrics, the GPUs' telemetry and the load generator's CPU; each verdict lists its evidence.</p>"
+        + table(shown)
     )
 
 

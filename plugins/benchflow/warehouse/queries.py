@@ -522,7 +522,8 @@ def bottlenecks(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
     """A run's bottleneck verdicts (``phase_bottlenecks``), one per phase, in phase order (warm-ups left out)."""
     p = w.p
     return w.query(
-        "SELECT config, concurrency, request_rate, repeat, dtype, m, phase_start, phase_end, verdict, limiter, says, "
+        "SELECT kind, config, concurrency, request_rate, repeat, dtype, m, phase_start, phase_end, verdict, limiter, "
+        "says, "
         f"evidence FROM phase_bottlenecks WHERE dag_id = {p} AND run_id = {p} AND (warmup IS NULL OR NOT warmup) "
         "ORDER BY phase_start, config, concurrency, request_rate, m, repeat",
         [dag_id, run_id],

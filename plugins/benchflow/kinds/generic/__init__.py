@@ -52,6 +52,12 @@ class GenericOptions(BenchmarkOptions):
         patterns.compile_patterns({name: p.model_dump() for name, p in value.items()})
         return value
 
+    def parser_options(self) -> dict[str, Any]:
+        return {"patterns": {name: p.model_dump() for name, p in self.patterns.items()}}
+
+    def suite_params(self, args: Any) -> dict[str, Any]:
+        return {"metrics": sorted(self.patterns)}
+
 
 def expectations(metrics: list[str] | None = None) -> list[Any]:
     import great_expectations as gx
@@ -65,14 +71,6 @@ def expectations(metrics: list[str] | None = None) -> list[Any]:
     if metrics:
         checks.append(e.ExpectColumnValuesToBeInSet(column="metric", value_set=metrics))
     return checks
-
-
-def suite_params(options: Any, args: Any) -> dict[str, Any]:
-    return {"metrics": sorted(options.patterns)}
-
-
-def parser_options(options: Any) -> dict[str, Any]:
-    return {"patterns": {name: p.model_dump() for name, p in options.patterns.items()}}
 
 
 KIND = ResultKind(
@@ -91,8 +89,6 @@ KIND = ResultKind(
     key=("seq",),
     shown=("seq", "case_key", "metric", "value", "unit", "line"),
     expectations=expectations,
-    suite_params=suite_params,
-    parser_options=parser_options,
     options=GenericOptions,
     former_names=("generic",),
     servers="optional",

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchflow.analysis.bottleneck import judge, rules
 from benchflow.kinds import TELEMETRY_TABLES, Column, ResultKind, Trend, telemetry_columns
 from benchflow.kinds.kernel import table
+from benchflow.kinds.rules import Rules, judge
 from benchflow.params import RUN, SWEEP
 from benchflow.telemetry.columns import HOST_LOAD, VALIDITY, ColumnType
 from benchhost.telemetry.summary import kernel_rows
@@ -122,14 +123,6 @@ FORM: dict[str, dict[str, Any]] = {
 }
 
 
-def case_conf(case_key: str, repeats: int) -> dict[str, Any]:
-    """The trigger conf that runs only the case ``m=64``, ``repeats`` times in one run (one row each)."""
-    name, _, value = case_key.partition("=")
-    if name != "m" or not value.isdigit() or not 1 <= int(value) <= 65536:
-        raise ValueError(f"case {case_key!r}: a kernel case is m=<tokens>, e.g. m=64")
-    return {"m_list": [int(value)] * repeats}
-
-
 def telemetry(rows: list[dict[str, Any]], run: Any) -> list[dict[str, Any]]:
     """Each row's spread, joules per call, host load and validity; a row meets its phase by dtype and M."""
 
@@ -137,14 +130,9 @@ def telemetry(rows: list[dict[str, Any]], run: Any) -> list[dict[str, Any]]:
     return kernel_rows(keyed, run.phases, run.samples, run.limits)
 
 
-def bottlenecks(
-    rows: list[dict[str, Any]], run: Any, phase_gpus: Any, phase_servers: Any, overrides: Any = None
-) -> list[dict[str, Any]]:
-    """One verdict per row with a roofline (bench_moe.py prints it): memory- or compute-bound and how far from
-    the peak; rows without one get none."""
-    import json
-
-    given = rules().with_thresholds(overrides)
+def bottlenecks(rows: list[dict[str, Any]], run: Any, phase_gpus: Any, phase_servers: Any, given: Rules) -> list[dict]:
+    """One verdict per row with a roofline (bench_moe.py prints it), by ``given`` rules (``bottleneck.yaml``
+    beside this file): memory- or compute-bound and how far from the peak; rows without one get none."""
     out = []
     for row in rows:
         if row.get("pct_roofline") is None:
@@ -153,11 +141,8 @@ def bottlenecks(
         signals = {"pct_roofline": row["pct_roofline"], "bound": bound}
         signals |= {"bound_compute": float(bound == "compute"), "bound_memory": float(bound == "memory")}
         found = judge(signals, given, f"{row.get('ms_per_call')} ms/call vs a roofline of {row.get('roofline_ms')} ms")
-        out.append(
-            {"kind": KIND.name, "dtype": run.run_args.get("dtype"), "m": row.get("m"), "repeat": row.get("repeat")}
-            | {"verdict": found.verdict, "limiter": found.limiter, "says": found.says}
-            | {"evidence": json.dumps(found.evidence, sort_keys=True, default=str)}
-        )
+        key = {"kind": KIND.name, "dtype": run.run_args.get("dtype"), "m": row.get("m"), "repeat": row.get("repeat")}
+        out.append(key | found.columns())
     return out
 
 
@@ -189,7 +174,7 @@ KIND = ResultKind(
     key=("m", "repeat"),
     repeat="repeat",
     defaults={"repeat": 1},
-    case_conf=case_conf,
+    case_args={"m": "m_list"},
     shown=(
         "m",
         "ms_per_call",
@@ -213,6 +198,7 @@ KIND = ResultKind(
     wide_view="kernel_sweep_wide",
     plots=plots,
     telemetry=telemetry,
+    rules=Path(__file__).with_name("bottleneck.yaml"),
     bottlenecks=bottlenecks,
     validity="validity",
     side_tables=TELEMETRY_TABLES,

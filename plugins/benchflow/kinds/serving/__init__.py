@@ -114,15 +114,6 @@ def expectations(
     return checks
 
 
-def suite_params(options: Any, args: Mapping[str, Any]) -> dict[str, Any]:
-    """The levels this run swept on its load axis (a manual run may sweep others than the spec); a load search
-    probes the levels it chooses, within its range."""
-    if getattr(options, "search", None) is not None:
-        low, high = options.search.range
-        return {"load_range": (options.search.over, low, high)}
-    return {"swept": {axis: list(args[axis]) for axis in LOAD_AXES if axis in args}}
-
-
 def _load_key(concurrency: Any, rate: Any) -> str | None:
     """A phase's load as one value (the suite's key): ``c8``, ``q4``, ``c64q4``; None when it has neither."""
     parts = [f"{p}{float(v):g}" for p, v in (("c", concurrency), ("q", rate)) if v is not None and math.isfinite(v)]
@@ -226,32 +217,36 @@ class ServingOptions(BenchmarkOptions):
 
     dataset: Dataset | None = Field(default=None, description="what each phase sends (default: fixed-length random)")
 
+    def suite_params(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """The levels this run swept on its load axis (a manual run may sweep others than the spec); a load search
+        probes the levels it chooses, within its range."""
+        if self.search is not None:
+            low, high = self.search.range
+            return {"load_range": (self.search.over, low, high)}
+        return {"swept": {axis: list(args[axis]) for axis in LOAD_AXES if axis in args}}
 
-def config_args(options: Any, config: Any) -> dict[str, Any]:
-    """The sweep driver's contract: the config's label, where its endpoint listens, repeats and warm-up, and the
-    load search when the spec has one (the driver then probes its loads instead of the fixed levels)."""
-    args = {
-        "label": config.name,
-        "base_url": f"http://127.0.0.1:{config.endpoint.port}",
-        "repeats": options.repeats,
-        "warmup": options.warmup,
-    }
-    if options.search is not None:
-        args["search"] = options.search.argument()
-    if options.dataset is not None:
-        args["dataset"] = options.dataset.argument()
-    return args
+    def config_args(self, config: Any) -> dict[str, Any]:
+        """The sweep driver's contract: the config's label, where its endpoint listens, repeats and warm-up, and the
+        load search when the spec has one (the driver then probes its loads instead of the fixed levels)."""
+        args = {
+            "label": config.name,
+            "base_url": f"http://127.0.0.1:{config.endpoint.port}",
+            "repeats": self.repeats,
+            "warmup": self.warmup,
+        }
+        if self.search is not None:
+            args["search"] = self.search.argument()
+        if self.dataset is not None:
+            args["dataset"] = self.dataset.argument()
+        return args
 
+    def shipped(self) -> list[Path]:
+        """The dataset file the payload takes to the host, when the spec names one of include/datasets/."""
+        return self.dataset.shipped() if self.dataset is not None else []
 
-def shipped(options: Any) -> list[Path]:
-    """The dataset file the payload takes to the host, when the spec names one of include/datasets/."""
-    dataset = getattr(options, "dataset", None)
-    return dataset.shipped() if dataset is not None else []
-
-
-def spec_row_values(options: Any) -> dict[str, Any]:
-    """Every row's dataset and its sha256 (the driver checks the file against it on the host)."""
-    return workload.row_values(getattr(options, "dataset", None))
+    def row_values(self) -> dict[str, Any]:
+        """Every row's dataset and its sha256 (the driver checks the file against it on the host)."""
+        return workload.row_values(self.dataset)
 
 
 _LEVELS = {"type": "array", "minItems": 1, "maxItems": 64}
@@ -433,8 +428,6 @@ KIND = ResultKind(
     key=("config", "concurrency", "request_rate", "repeat"),
     sparse=LOAD_AXES,
     comparable_by=("dataset", "dataset_sha256"),
-    spec_row_values=spec_row_values,
-    shipped=shipped,
     row_notes=workload.rate_notes,
     shown=(
         "config",
@@ -456,7 +449,6 @@ KIND = ResultKind(
     ),
     expectations=expectations,
     derive=derive,
-    suite_params=suite_params,
     servers="required",
     trend=(Trend("output_throughput", "higher"), Trend("mean_ttft_ms", "lower"), Trend("mean_tpot_ms", "lower")),
     headline="output_throughput",
@@ -467,7 +459,6 @@ KIND = ResultKind(
     former_names=("serving_log",),
     form=FORM,
     paired=(("concurrency", "prompts"), ("request_rate", "prompts")),
-    config_args=config_args,
     wide_view="serving_wide",
     defaults={"repeat": 1, "warmup": False},
     row_defaults=(
@@ -478,6 +469,7 @@ KIND = ResultKind(
     ),  # the run's arguments, where the output has none
     side_tables=(REQUESTS, SEARCH, *TELEMETRY_TABLES),
     telemetry=telemetry,
+    rules=Path(__file__).with_name("bottleneck.yaml"),
     bottlenecks=bottleneck.bottlenecks,
     validity="validity",
     from_side_files=from_requests,

@@ -1,15 +1,15 @@
-"""A serving phase's signals for the bottleneck rules (:mod:`benchflow.analysis.bottleneck`): per server role the
+"""A serving phase's signals for its bottleneck rules (``bottleneck.yaml`` beside this file, judged by
+:mod:`benchflow.kinds.rules`): per server role the
 requests running and queued (the servers' own metrics), KV-cache usage, preemptions, the share of the requests in
 flight it holds and its GPUs' utilisation; the router's figures (as evidence); the load generator's own CPU and
 the host's. One verdict per phase, stored with its evidence (``phase_bottlenecks``)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from benchflow.analysis.bottleneck import Rules, Verdict, judge, rules
+from benchflow.kinds.rules import Rules, Verdict, judge
 from benchflow.kinds.serving.workload import phase_of
 from benchhost.telemetry.hostload import host_load
 
@@ -90,12 +90,7 @@ def figures(signals_: Mapping[str, Any]) -> str:
 
 def verdict_row(record: Mapping[str, Any], kind: str, start: float, end: float, verdict: Verdict) -> dict[str, Any]:
     key = {k: record.get(k) for k in ("config", "concurrency", "request_rate", "repeat", "warmup", "dtype", "m")}
-    return {"kind": kind, **key, "phase_start": start, "phase_end": end} | {
-        "verdict": verdict.verdict,
-        "limiter": verdict.limiter,
-        "says": verdict.says,
-        "evidence": json.dumps(verdict.evidence, sort_keys=True, default=str),
-    }
+    return {"kind": kind, **key, "phase_start": start, "phase_end": end} | verdict.columns()
 
 
 def bottlenecks(
@@ -103,10 +98,9 @@ def bottlenecks(
     run: Any,
     phase_gpus: Sequence[Mapping[str, Any]],
     phase_servers: Sequence[Mapping[str, Any]],
-    overrides: Mapping[str, float] | None = None,
+    given: Rules,
 ) -> list[dict[str, Any]]:
-    """One verdict per phase of the run (``run``: benchflow.telemetry.run.RunTelemetry)."""
-    given: Rules = rules().with_thresholds(overrides)
+    """One verdict per phase of the run (``run``: benchflow.telemetry.run.RunTelemetry), by ``given`` rules."""
     out = []
     for phase in run.phases:
         found = signals(phase.record, _of(phase_servers, phase.record), _of(phase_gpus, phase.record))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchflow import params
+from benchflow import kinds, params
 from benchflow.kinds.kernel import KIND as KERNEL
 from benchflow.kinds.kernel import table
 from benchflow.searches import bisect_campaign, engine
@@ -50,10 +50,15 @@ def test_a_bad_conf_names_its_field(change, field, says):
 
 
 def test_a_kernel_probe_runs_only_its_case_repeated():
-    assert KERNEL.case_conf is not None
+    assert KERNEL.case_args
     assert KERNEL.case_conf("m=64", 3) == {"m_list": [64, 64, 64]}
     with pytest.raises(ValueError, match="a kernel case is m="):
         KERNEL.case_conf("concurrency=8", 3)
+    for outside in ("m=0", "m=65537", "m=x"):  # the form's bounds on m_list's items, and a number
+        with pytest.raises(ValueError, match=r"m within 1\.\.65536"):
+            KERNEL.case_conf(outside, 3)
+    with pytest.raises(ValueError, match="not one a run can narrow to"):
+        kinds.get("serving").case_conf("config=pd,concurrency=8", 1)
 
 
 def test_an_m_listed_n_times_is_n_repeats():
