@@ -150,7 +150,7 @@ def test_a_probe_too_small_for_its_percentile_is_refused_with_file_line_and_fiel
 
 
 def test_a_search_over_request_rate_goes_to_the_driver_as_it_is(tmp_path):
-    """Rows are keyed by request rate too now (tests/integration/test_workloads.py runs such a search): the spec
+    """Rows are keyed by request rate too now (tests/integration/kernels/test_workloads.py runs such a search): the spec
     is taken, and the driver gets the search over rates."""
     spec = tmp_path / "search_rate.yaml"
     rate = {**SEARCH, "over": "request_rate", "range": [1.0, 64.0]}

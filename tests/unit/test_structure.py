@@ -11,6 +11,8 @@
 * The library's imports of its own packages sit at the top of its modules: at most 15 % inside functions, each
   with its reason on its line (what DAG parsing or an Airflow-free reader must not load); its top level holds at
   most 14 loose modules; every search DAG file is at most 30 lines (the engine builds it).
+* Inside the unit and integration tiers, tests mirror the source (``tests/unit/benchflow/analysis/`` for
+  ``plugins/benchflow/analysis/``); only tests of the whole project sit at a tier's top.
 * The bottleneck rule engine (``kinds/rules.py``) knows no kind; each kind's rules are a YAML file in its folder,
   and a kind's declaration holds at most 8 callables (what is not data is a function of the rows).
 
@@ -392,6 +394,31 @@ def test_each_kind_declares_its_bottleneck_rules_as_data_beside_it_and_few_calla
     assert len(callables) <= 8, callables
 
 
+SOURCE_ROOTS = {**PACKAGES, "kernels": PROJECT_ROOT / "kernels"}
+# Tests of the whole project rather than of one module: they sit at their tier's top.
+CROSS_CUTTING = {"test_structure.py", "test_compose.py", "test_hardening.py", "test_long_lines.py"}
+
+
+def unmirrored(tier: Path, roots: dict[str, Path] = SOURCE_ROOTS) -> list[str]:
+    """Test files of ``tier`` not in a folder that mirrors a source folder of ``roots`` (``benchflow/kinds/``)."""
+    bad = []
+    for path in sorted(tier.rglob("test_*.py")):
+        parts = path.relative_to(tier).parts
+        if len(parts) == 1:
+            bad += [] if parts[0] in CROSS_CUTTING else [path.relative_to(tier).as_posix()]
+        elif parts[0] not in roots or not roots[parts[0]].joinpath(*parts[1:-1]).is_dir():
+            bad.append(path.relative_to(tier).as_posix())
+    return bad
+
+
+def test_the_unit_and_integration_tiers_mirror_the_source():
+    """Inside each of these tiers a module's tests sit where the module does (tests/unit/benchflow/analysis/ for
+    plugins/benchflow/analysis/); e2e and stack tests are scenarios of the whole product, by what they run."""
+    tiers = [PROJECT_ROOT / "tests" / tier for tier in ("unit", "integration")]
+    assert all(len(list(t.rglob("test_*.py"))) > 10 for t in tiers)
+    assert [bad for tier in tiers for bad in unmirrored(tier)] == []
+
+
 def test_the_checks_find_what_they_look_for(tmp_path):
     """Each check catches a planted violation (and the graph finds a planted circle)."""
     planted = tmp_path / "planted.py"
@@ -409,6 +436,12 @@ def test_the_checks_find_what_they_look_for(tmp_path):
     assert any(SQL.match(s) for _, s in strings(planted, text))
     assert path_loading(planted, text) == ["planted.py:7: sys.path", "planted.py:7: sys.path.insert"]
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    (tmp_path / "src" / "pkg" / "sub").mkdir(parents=True)
+    for test in ("test_compose.py", "pkg/sub/test_ok.py", "test_stray.py", "pkg/nowhere/test_x.py", "other/test_y.py"):
+        (tmp_path / "tier" / test).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "tier" / test).write_text("")
+    found = unmirrored(tmp_path / "tier", {"pkg": tmp_path / "src" / "pkg"})
+    assert found == ["other/test_y.py", "pkg/nowhere/test_x.py", "test_stray.py"]
     host = PACKAGES["benchhost"] / "planted.py"
     assert wrong_way("benchhost.planted", host, "import pandas\nfrom benchflow import spec\n") == [
         "host/benchhost/planted.py:1: the host core imports pandas (not stdlib)",

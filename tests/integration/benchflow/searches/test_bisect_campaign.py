@@ -17,7 +17,7 @@ from benchflow.searches import engine
 from benchflow.searches.bisection import Bisection
 from benchflow.spec import load_spec
 from benchflow.warehouse import Warehouse
-from tests.integration.test_analytics import H200, TONIGHT
+from tests.integration.benchflow.nightly.test_regressions import H200, TONIGHT
 from tests.payload_repo import make_payload_repo
 
 pytestmark = pytest.mark.integration

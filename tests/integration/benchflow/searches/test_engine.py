@@ -15,7 +15,7 @@ from benchflow.records import RunRecord
 from benchflow.searches import engine
 from benchflow.warehouse import Warehouse, queries
 from benchtools.net import free_port
-from tests.integration.test_analytics import H200, TONIGHT
+from tests.integration.benchflow.nightly.test_regressions import H200, TONIGHT
 from tests.payload_repo import make_payload_repo
 
 pytestmark = pytest.mark.integration

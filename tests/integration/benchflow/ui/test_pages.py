@@ -20,7 +20,14 @@ from benchflow.spec import RegressionLimits
 from benchflow.ui import app
 from benchflow.warehouse import Warehouse
 from tests.conftest import PG_URI
-from tests.integration.test_analytics import KERNEL, SERVING, detect, fill_history, night_run, serving_row
+from tests.integration.benchflow.nightly.test_regressions import (
+    KERNEL,
+    SERVING,
+    detect,
+    fill_history,
+    night_run,
+    serving_row,
+)
 from tests.view_auth import api_server, auth  # noqa: F401
 
 pytestmark = pytest.mark.integration

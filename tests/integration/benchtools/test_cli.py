@@ -174,7 +174,7 @@ def compare_warehouse(var: Path) -> dict[str, str]:
 
     from benchflow import kinds
     from benchflow.warehouse import Warehouse
-    from tests.integration.test_analytics import kernel_rows, night_run, serving_row
+    from tests.integration.benchflow.nightly.test_regressions import kernel_rows, night_run, serving_row
 
     warehouse = Warehouse.at(var / "warehouse.duckdb")
     warehouse.migrate()
@@ -289,7 +289,7 @@ def test_compare_says_when_every_row_was_left_out_as_not_ok_and_reminds_what_inc
 
     from benchflow import kinds
     from benchflow.warehouse import Warehouse
-    from tests.integration.test_analytics import night_run
+    from tests.integration.benchflow.nightly.test_regressions import night_run
 
     var = tmp_path / "var"
     var.mkdir()

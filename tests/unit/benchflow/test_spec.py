@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 from benchflow.paths import CAMPAIGNS_DIR
-from benchflow.spec import SpecError, load_all, load_spec
+from benchflow.spec import ServingConfig, SpecError, load_all, load_spec
 
 pytestmark = pytest.mark.unit
 
@@ -372,47 +371,21 @@ def test_a_missed_deadline_tells_the_notifier_what_is_still_running():
     assert event["event"] == "deadline missed" and event["deadline"] == "07:00"
 
 
-def test_an_edge_host_sends_the_host_tasks_to_its_queue_and_waits_there_without_the_triggerer(tmp_path):
-    """host: edge:<queue> is the Edge worker of that queue: every host task goes to it (the Edge executor), the
-    rest of the run to the default executor, and the wait checks the log there in reschedule mode."""
-    from benchflow.factory import build_dag
-
-    dag = build_dag(load_spec(write(tmp_path, GOOD.replace("host: local", "host: edge:gpu_edge"))), register=False)
-    on_edge = {t.task_id for t in dag.tasks if (t.executor, t.queue) == ("EdgeExecutor", "gpu_edge")}
-    assert {"acquire_host", "launch_benchmark", "wait_done", "fetch_artifacts", "release_host"} <= on_edge
-    assert {"parse", "validate", "load"}.isdisjoint(on_edge) and dag.task_dict["parse"].executor is None
-    wait = dag.task_dict["wait_done"]
-    assert (wait.deferrable, wait.mode, wait.poke_interval) == (False, "reschedule", 15.0)  # 5 s asked: see factory
-    assert dag.task_dict["acquire_host"].poke_interval >= 15.0
-    local = build_dag(load_spec(write(tmp_path, GOOD)), register=False)
-    assert local.task_dict["wait_done"].executor is None and local.task_dict["wait_done"].deferrable
-
-
-@pytest.mark.parametrize(
-    ("host", "says"),
-    [
-        ("host: edge:gpu_edge\nhosts: [edge:gpu_edge, gpu_b]", "Edge hosts (edge:<queue>) and other hosts cannot"),
-        ("host: edge:bad;queue", "host"),
-        ("host: edge:", "host"),
-    ],
-)
-def test_edge_hosts_share_a_campaign_with_no_other_kind_of_host_and_are_queue_names(tmp_path, host, says):
-    with pytest.raises(SpecError, match=re.escape(says)):
-        load_spec(write(tmp_path, GOOD.replace("host: local", host)))
-
-
-def test_a_run_of_a_pool_of_edge_hosts_goes_to_the_queue_of_the_host_it_picked(tmp_path):
-    """The scheduler's policy (benchflow.hosts.edge) moves a run's host tasks to the Edge queue of its host param; a
-    scheduled run (no conf) keeps the default host's queue, and tasks off the host are never moved."""
-    from benchflow.factory import build_dag
-    from benchflow.hosts.edge import edge_queue_of_run
-
-    pool = GOOD.replace("host: local", "host: edge:gpu_a\nhosts: [edge:gpu_a, edge:gpu_b]")
-    dag = build_dag(load_spec(write(tmp_path, pool)), register=False)
-    launch, parse = dag.task_dict["launch_benchmark"], dag.task_dict["parse"]
-    assert (launch.executor, launch.queue) == ("EdgeExecutor", "gpu_a")  # the default host's
-    assert edge_queue_of_run(launch, {"host": "edge:gpu_b"}) == "gpu_b"
-    assert edge_queue_of_run(launch, {}) is None and edge_queue_of_run(launch, None) is None
-    assert edge_queue_of_run(parse, {"host": "edge:gpu_b"}) is None
-    single = build_dag(load_spec(write(tmp_path, GOOD.replace("host: local", "host: edge:gpu_a"))), register=False)
-    assert edge_queue_of_run(single.task_dict["launch_benchmark"], {"host": "edge:gpu_b"}) is None  # no host param
+def test_server_roles_and_metrics_urls_come_from_the_spec():
+    config = ServingConfig.model_validate(
+        {
+            "name": "pd",
+            "servers": [
+                {"name": "p", "command": "x --disaggregation-mode prefill", "port": 30000},
+                {"name": "decode", "command": "x", "port": 30001, "metrics_port": 31001},
+                {"name": "e", "command": "x", "port": 30002, "role": "decode", "metrics": False},
+            ],
+            "router": {"name": "r", "command": "router --prometheus-port 29100", "port": 8000},
+        }
+    )
+    assert config.roles() == {"r": "router", "p": "prefill", "decode": "decode", "e": "decode"}
+    assert config.metrics_urls() == {
+        "p": "http://127.0.0.1:30000/metrics",
+        "decode": "http://127.0.0.1:31001/metrics",
+        "r": "http://127.0.0.1:29100/metrics",
+    }

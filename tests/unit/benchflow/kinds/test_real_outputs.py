@@ -13,10 +13,11 @@ import pytest
 
 from benchflow import kinds
 from benchflow.parsing import ParseError
+from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.unit
 
-REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+REAL = FIXTURES / "real"
 EXPECTED: dict[str, dict[str, Any]] = json.loads((REAL / "expected.json").read_text())
 SERVING = sorted(name for name, entry in EXPECTED.items() if entry["kind"] == "serving")
 RELATIVE = 1e-9
@@ -108,7 +109,7 @@ def test_each_serving_output_gives_rows(name: str):
     assert all(not p.dropped for p in parsed.problems), parsed.problem_lines()
 
 
-if __name__ == "__main__":  # python tests/unit/test_real_outputs.py [FOLDER with expected.json]
+if __name__ == "__main__":  # python tests/unit/benchflow/kinds/test_real_outputs.py [FOLDER with expected.json]
     import sys
 
     r, t, m, e = report(Path(sys.argv[1]) if len(sys.argv) > 1 else REAL)

@@ -19,7 +19,7 @@ from benchflow.searches.config_campaign import DAG_ID
 from benchflow.searches.configs import ConfigSearch, Measure
 from benchflow.ui import app
 from benchflow.warehouse import Warehouse, queries
-from tests.integration.test_analytics import kernel_rows, night_run
+from tests.integration.benchflow.nightly.test_regressions import kernel_rows, night_run
 from tests.unit.benchflow.searches.test_configs import bracket
 from tests.view_auth import auth  # noqa: F401
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,10 +14,11 @@ from pydantic import ValidationError
 from benchflow.kinds import parse_text
 from benchflow.kinds.generic import Pattern
 from benchflow.parsing import ParseError
+from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.unit
 
-REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+REAL = FIXTURES / "real"
 EXPECTED: dict[str, dict[str, Any]] = json.loads((REAL / "expected.json").read_text())
 SPECS = {path.stem: yaml.safe_load(path.read_text()) for path in sorted((REAL / "specs").glob("*.yaml"))}
 CASES = [(stem, fixture) for stem, spec in SPECS.items() for fixture in spec["fixtures"]]

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from benchflow.ui import app, compare_pages
 from benchflow.warehouse import Warehouse
-from tests.integration.test_analytics import SERVING, night_run, serving_row
+from tests.integration.benchflow.nightly.test_regressions import SERVING, night_run, serving_row
 from tests.view_auth import api_server, auth  # noqa: F401
 
 pytestmark = pytest.mark.integration

@@ -27,9 +27,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import PROJECT_ROOT
+
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = PROJECT_ROOT
 TABLE = ROOT / "host" / "benchhost" / "telemetry" / "server_metrics.tsv"
 VENV = ROOT / ".venv-host"
 HEADER = ["server", "name", "type", "column", "how", "first_seen", "last_seen", "source", "note"]

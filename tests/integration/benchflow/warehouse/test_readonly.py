@@ -17,7 +17,7 @@ from benchflow import kinds
 from benchflow.warehouse import Warehouse
 from benchflow.warehouse.readonly import RefusedStatement, check
 from tests.conftest import PG_URI, PROJECT_ROOT
-from tests.integration.test_warehouse import ROWS, record
+from tests.integration.benchflow.warehouse.test_warehouse import ROWS, record
 
 pytestmark = pytest.mark.integration
 BENCH = str(Path(sys.executable).parent / "bench")
@@ -306,7 +306,7 @@ def test_a_load_and_a_read_on_postgresql_log_no_line_per_statement():
     script = (
         "from benchflow import kinds\n"
         "from benchflow.warehouse import Warehouse\n"
-        "from tests.integration.test_warehouse import ROWS, record\n"
+        "from tests.integration.benchflow.warehouse.test_warehouse import ROWS, record\n"
         f"w = Warehouse.postgres({PG_URI!r}, search_path={schema!r})\n"
         "w.migrate()\n"
         "w.load(record(), kinds.get('kernel'), ROWS)\n"

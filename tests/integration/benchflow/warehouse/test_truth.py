@@ -14,7 +14,7 @@ from benchflow import kinds
 from benchflow.warehouse import Warehouse
 from benchflow.warehouse.hooks import SnapshotNotPublished
 from tests.conftest import PG_URI
-from tests.integration.test_warehouse import ROWS, record
+from tests.integration.benchflow.warehouse.test_warehouse import ROWS, record
 
 pytestmark = pytest.mark.integration
 KERNEL = kinds.get("kernel")
@@ -100,7 +100,7 @@ def test_the_view_and_bench_runs_reads_answer_on_postgresql(tmp_path, monkeypatc
     from benchflow.spec import RegressionLimits
     from benchflow.ui import app, signed_in
     from benchflow.warehouse import queries
-    from tests.integration.test_analytics import detect, fill_history, night_run, serving_row
+    from tests.integration.benchflow.nightly.test_regressions import detect, fill_history, night_run, serving_row
 
     schema = f"tr_{uuid.uuid4().hex[:12]}"
     writer = Warehouse.postgres(PG_URI, search_path=schema)

@@ -19,7 +19,7 @@ from benchflow.searches.engine import Search
 from benchflow.spec import RegressionLimits
 from benchflow.ui import app
 from benchflow.warehouse import Warehouse, queries
-from tests.integration.test_analytics import detect, kernel_rows, night_run
+from tests.integration.benchflow.nightly.test_regressions import detect, kernel_rows, night_run
 from tests.view_auth import auth  # noqa: F401
 
 pytestmark = pytest.mark.integration

@@ -28,7 +28,14 @@ from benchflow.spec import RegressionLimits
 from benchflow.ui import app, charts
 from benchflow.warehouse import Warehouse, queries
 from tests.conftest import PG_URI
-from tests.integration.test_analytics import KERNEL, SERVING, detect, fill_history, night_run, serving_row
+from tests.integration.benchflow.nightly.test_regressions import (
+    KERNEL,
+    SERVING,
+    detect,
+    fill_history,
+    night_run,
+    serving_row,
+)
 from tests.view_auth import auth  # noqa: F401
 
 pytestmark = pytest.mark.integration
