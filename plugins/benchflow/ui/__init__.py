@@ -40,7 +40,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
-from benchflow.ui import bisection_pages, charts, compare_pages, config_search_pages, pages, search_pages
+from benchflow.ui import charts, compare_pages, pages, search_pages
 
 WORKERS = 4  # threads that read the warehouse for the view: a hung warehouse holds these, nothing else
 QUEUED = 8  # requests that may wait for a thread (within their time); past that, a 503 at once
@@ -225,60 +225,18 @@ async def comparison(
     return await _render(work, "Comparison")
 
 
-@app.get("/bisections", response_class=HTMLResponse)
-async def all_bisections(viewer: SignedIn) -> HTMLResponse:
-    def work() -> HTMLResponse:
-        if not viewer.may_read(bisection_pages.BISECT_DAG, runs=True):
-            return _page("Bisections", pages.forbidden(f"read the runs of {bisection_pages.BISECT_DAG}"), status=403)
-        body = '<p class="muted"><a href="./">All campaigns</a></p><h1>Bisections</h1>'
-        return _page("Bisections", body + bisection_pages.listing(_warehouse()))
-
-    return await _render(work, "Bisections")
+@app.get("/bisections")
+@app.get("/config-searches")
+async def strategy_listing(request: Request) -> RedirectResponse:
+    """The lists each strategy had before the one list: to it (links people kept still work)."""
+    return RedirectResponse(request.url_for("all_searches"), status_code=308)
 
 
-@app.get("/bisection/{dag_id}/{run_id:path}", response_class=HTMLResponse)
-async def bisection(dag_id: str, run_id: str, viewer: SignedIn) -> HTMLResponse:
-    if len(dag_id) > MAX_NAME or len(run_id) > MAX_NAME:
-        return _page("Bisections", f"<p>No bisection <b>{escape(pages.clip(run_id))}</b>.</p>", status=400)
-
-    def work() -> HTMLResponse:
-        if not viewer.may_read(dag_id, runs=True):
-            return _page(run_id, pages.forbidden(f"read the runs of {dag_id}"), status=403)
-        try:
-            body = bisection_pages.detail(_warehouse(), dag_id, run_id)
-        except KeyError:
-            return _page(run_id, f"<p>No bisection <b>{escape(pages.clip(run_id))}</b> in the warehouse.</p>", 404)
-        return _page(f"bisection {run_id}: Benchmarks", body)
-
-    return await _render(work, run_id)
-
-
-@app.get("/config-searches", response_class=HTMLResponse)
-async def all_config_searches(viewer: SignedIn) -> HTMLResponse:
-    def work() -> HTMLResponse:
-        if not viewer.may_read(config_search_pages.SEARCH_DAG, runs=True):
-            return _page("Config searches", pages.forbidden(f"read the runs of {config_search_pages.SEARCH_DAG}"), 403)
-        body = '<p class="muted"><a href="./">All campaigns</a></p><h1>Config searches</h1>'
-        return _page("Config searches", body + config_search_pages.listing(_warehouse()))
-
-    return await _render(work, "Config searches")
-
-
-@app.get("/config-search/{dag_id}/{run_id:path}", response_class=HTMLResponse)
-async def config_search(dag_id: str, run_id: str, viewer: SignedIn) -> HTMLResponse:
-    if len(dag_id) > MAX_NAME or len(run_id) > MAX_NAME:
-        return _page("Config searches", f"<p>No config search <b>{escape(pages.clip(run_id))}</b>.</p>", status=400)
-
-    def work() -> HTMLResponse:
-        if not viewer.may_read(dag_id, runs=True):
-            return _page(run_id, pages.forbidden(f"read the runs of {dag_id}"), status=403)
-        try:
-            body = config_search_pages.detail(_warehouse(), dag_id, run_id)
-        except KeyError:
-            return _page(run_id, f"<p>No config search <b>{escape(pages.clip(run_id))}</b> in the warehouse.</p>", 404)
-        return _page(f"config search {run_id}: Benchmarks", body)
-
-    return await _render(work, run_id)
+@app.get("/bisection/{dag_id}/{run_id:path}")
+@app.get("/config-search/{dag_id}/{run_id:path}")
+async def strategy_page(request: Request, dag_id: str, run_id: str) -> RedirectResponse:
+    """The pages each strategy had before the one page kit: to the search's page."""
+    return RedirectResponse(request.url_for("search", dag_id=dag_id, run_id=run_id), status_code=308)
 
 
 @app.get("/searches", response_class=HTMLResponse)

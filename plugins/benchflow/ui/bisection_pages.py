@@ -1,16 +1,17 @@
-"""The Benchmarks view's bisection pages: every bisection, one bisection's probe chain (commit, verdict, the
-ratio against good and bad with its 95 % interval, where the values came from, a link to each probe's DAG
-run), and the "bisect" link a regression finding offers: the bisect DAG's trigger form, pre-filled."""
+"""A bisection's own section of its search page (:mod:`benchflow.ui.search_pages`): the confirm step's evidence and
+the probe chain (commit, verdict, the ratio against good and bad with its 95 % interval, where the values came from,
+a link to each probe's DAG run); and the "bisect" link a regression finding offers: the bisect DAG's trigger form,
+pre-filled, or the page of the automatic bisection that covers it."""
 
 from __future__ import annotations
 
 import json
 from html import escape
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from benchflow.searches import bisect_campaign
-from benchflow.ui.markup import dag_id_of, run_href, table
+from benchflow.ui.markup import dag_id_of, run_href, search_href
 from benchflow.warehouse import queries
 
 if TYPE_CHECKING:
@@ -26,10 +27,6 @@ def trigger_href(campaign: str, case: str, metric: str, good: str, bad: str) -> 
     """The bisect DAG's trigger form with its conf filled in (the UI reads ``conf`` from the query string)."""
     conf = {"campaign": campaign, "case": case, "metric": metric, "good": good, "bad": bad}
     return f"/dags/{BISECT_DAG}/trigger/single?{urlencode({'conf': json.dumps(conf)})}"
-
-
-def page_href(dag_id: str, run_id: str, prefix: str = "") -> str:
-    return f"{prefix}bisection/{quote(str(dag_id), safe='')}/{quote(str(run_id), safe='')}"
 
 
 def _ratio(value: Any, low: Any, high: Any) -> str:
@@ -57,7 +54,7 @@ def with_bisect(warehouse: Warehouse, campaign: str, findings: pd.DataFrame) -> 
             key = (str(record.run_id), str(record.case_key), str(record.metric))
             hrefs[key] = trigger_href(campaign, key[1], key[2], good, bad)
     started = _auto_bisections(warehouse, campaign) if len(findings) else {}
-    hrefs |= {key: page_href(BISECT_DAG, run_id, "../") for key, run_id in started.items()}
+    hrefs |= {key: search_href(BISECT_DAG, run_id, "../") for key, run_id in started.items()}
     out = findings.copy()
     out["bisect"] = [
         ("bisection" if key in started else "bisect" if key in hrefs else "")
@@ -74,35 +71,18 @@ def _auto_bisections(warehouse: Warehouse, campaign: str) -> dict[tuple[str, str
     return {(str(r.run_id), str(r.case_key), str(r.metric)): str(r.bisect_run_id) for r in found.itertuples()}
 
 
-def listing(warehouse: Warehouse, campaign: str | None = None, prefix: str = "") -> str:
-    """Every bisection (of one campaign), newest first, each linked to its probe chain."""
-    found = queries.bisections(warehouse, campaign) if warehouse.has("bisections") else None
-    if found is None or not len(found):
-        return '<p class="empty">(no bisection yet)</p>'
-    shown = found[["run_id", "campaign", "case_key", "metric", "status", "summary", "probes", "reused", "rounds"]]
-    links = {"run_id": lambda r: page_href(BISECT_DAG, r.run_id, prefix)}
-    return table(shown.copy(), links=links).replace(' target="_top"', "")
-
-
-def detail(warehouse: Warehouse, dag_id: str, run_id: str) -> str:
-    """One bisection: its answer, the confirm step's evidence, and the probe chain oldest commit first."""
-    found = queries.bisection(warehouse, dag_id, run_id)
+def section(warehouse: Warehouse, dag_id: str, run_id: str) -> tuple[str, str] | None:
+    """A bisection's title and its own section: good and bad, the confirm step's evidence, the probe runs under way
+    and the probe chain oldest commit first; None when the warehouse has no such bisection."""
+    found = queries.bisection(warehouse, dag_id, run_id) if warehouse.has("bisections") else []
     if not len(found):
-        raise KeyError(run_id)
-    row = found.iloc[0]
+        return None
+    row = found.iloc[0]  # type: ignore[union-attr]
     result = json.loads(row["result"])
-    probes = queries.bisection_probes(warehouse, dag_id, run_id)
-    status = str(row["status"])
-    css = "bad" if status == "found" else "ok" if status == "not_reproduced" else "muted"
+    title = f"Bisection of {row['campaign']}: {row['case_key']} {row['metric']}"
     out = [
-        '<p class="muted"><a href="../../">All campaigns</a> · <a href="../../bisections">All bisections</a></p>',
-        f"<h1>Bisection of {escape(str(row['campaign']))}: {escape(str(row['case_key']))} "
-        f"{escape(str(row['metric']))}</h1>",
-        f'<p><span class="{css}">{escape(status.replace("_", " "))}</span>: {escape(str(row["summary"]))}</p>',
         f'<p class="muted">good {escape(_short(row["good"]))} · bad {escape(_short(row["bad"]))} · '
-        f"{int(row['probes'])} probe runs · {int(row['reused'])} commits reused from earlier runs · "
-        f"{int(row['rounds'])} rounds · "
-        f'<a href="{escape(run_href(dag_id, run_id))}" target="_top">the bisect DAG run</a></p>',
+        f"{int(row['reused'])} commits reused from earlier runs</p>"
     ]
     if result.get("confirmation"):
         confirmation = result["confirmation"]
@@ -116,8 +96,8 @@ def detail(warehouse: Warehouse, dag_id: str, run_id: str) -> str:
         out.append(f'<p class="muted">note: {escape(str(note))}</p>')
     out.append(_under_way(result.get("planned") or [], str(row["campaign"])))
     out.append("<h2>Probe chain</h2>")
-    out.append(chain_table(probes))
-    return "".join(out)
+    out.append(chain_table(queries.bisection_probes(warehouse, dag_id, run_id)))
+    return title, "".join(out)
 
 
 def _under_way(planned: list[dict[str, Any]], campaign: str) -> str:

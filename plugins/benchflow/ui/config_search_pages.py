@@ -1,4 +1,4 @@
-"""The Benchmarks view's config search pages: every search, and one search's answer: the ranking (each config's
+"""A config search's own section of its search page (:mod:`benchflow.ui.search_pages`): the ranking (each config's
 load per GPU as an interval with its verdict, the figures at its pass load, its bottleneck), the Pareto chart of
 throughput per GPU against per-user speed, each config's probe runs (linked to their DAG runs), what the search
 spent against the full grid, and the winner as a config block for a nightly spec."""
@@ -9,34 +9,15 @@ import json
 import math
 from html import escape
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
-from benchflow.searches import config_campaign
 from benchflow.ui import charts
-from benchflow.ui.markup import run_href, table
+from benchflow.ui.markup import run_href
 from benchflow.warehouse import queries
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from benchflow.warehouse import Warehouse
-
-SEARCH_DAG = config_campaign.DAG_ID
-EMPTY = '<p class="empty">(no config search yet)</p>'
-
-
-def page_href(dag_id: str, run_id: str, prefix: str = "") -> str:
-    return f"{prefix}config-search/{quote(str(dag_id), safe='')}/{quote(str(run_id), safe='')}"
-
-
-def listing(warehouse: Warehouse, campaign: str | None = None, prefix: str = "") -> str:
-    """Every config search (of one campaign), newest first, each linked to its answer."""
-    found = queries.config_searches(warehouse, campaign) if warehouse.has("config_searches") else None
-    if found is None or not len(found):
-        return EMPTY
-    shown = found[["run_id", "campaign", "status", "best", "summary", "configs", "probes", "rounds"]]
-    links = {"run_id": lambda r: page_href(SEARCH_DAG, r.run_id, prefix)}
-    return table(shown.copy(), links=links).replace(' target="_top"', "")
 
 
 def _interval(low: Any, high: Any, verdict: Any = "") -> str:
@@ -57,27 +38,20 @@ def _num(value: Any) -> str:
     return escape(charts.number(value))
 
 
-def detail(warehouse: Warehouse, dag_id: str, run_id: str) -> str:
-    """One config search: its answer, the ranking, the Pareto chart, the spend and the winner's block."""
-    found = queries.config_search(warehouse, dag_id, run_id)
+def section(warehouse: Warehouse, dag_id: str, run_id: str) -> tuple[str, str] | None:
+    """A config search's title and its own section: the spend, the ranking, the Pareto chart and the winner's block;
+    None when the warehouse has no such config search."""
+    found = queries.config_search(warehouse, dag_id, run_id) if warehouse.has("config_searches") else []
     if not len(found):
-        raise KeyError(run_id)
-    row = found.iloc[0]
+        return None
+    row = found.iloc[0]  # type: ignore[union-attr]
     result = json.loads(row["result"])
     ranking = queries.config_search_configs(warehouse, dag_id, run_id)
-    status = str(row["status"])
-    css = "ok" if status == "done" else "muted" if status == "running" else "bad"
     grid = result.get("grid") or {}
     out = [
-        '<p class="muted"><a href="../../">All campaigns</a> · <a href="../../config-searches">All config searches</a>'
-        "</p>",
-        f"<h1>Config search of {escape(str(row['campaign']))}</h1>",
-        f'<p><span class="{css}">{escape(status)}</span>: {escape(str(row["summary"]))}</p>',
         f'<p class="muted">{int(row["configs"])} configs ({int(row["excluded"])} excluded by the space\'s '
-        f"constraints) · {int(row['probes'])} probe runs, {int(row['search_probes'])} load-search probes, "
-        f"{int(row['prompts'])} prompts; the full grid at the spec's settings: up to {grid.get('probes', '?')} probes, "
-        f"{grid.get('prompts', '?')} prompts · "
-        f'<a href="{escape(run_href(dag_id, run_id))}" target="_top">the config search DAG run</a></p>',
+        f"constraints) · {int(row['search_probes'])} load-search probes, {int(row['prompts'])} prompts; the full "
+        f"grid at the spec's settings: up to {grid.get('probes', '?')} probes, {grid.get('prompts', '?')} prompts</p>",
         "<h2>Ranking</h2>",
         ranking_table(ranking),
     ]
@@ -88,7 +62,8 @@ def detail(warehouse: Warehouse, dag_id: str, run_id: str) -> str:
     for line in result.get("excluded") or []:
         out.append(f'<p class="muted">excluded: {escape(str(line["reason"]))}</p>')
     body = "".join(out)
-    return body + f"<style>{charts.STYLE}</style>" + charts.loader("../../") if "figure class=" in body else body
+    charted = body + f"<style>{charts.STYLE}</style>" + charts.loader("../../") if "figure class=" in body else body
+    return f"Config search of {row['campaign']}", charted
 
 
 def ranking_table(ranking: pd.DataFrame) -> str:

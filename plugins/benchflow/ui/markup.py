@@ -1,5 +1,6 @@
-"""The HTML pieces the Benchmarks view's pages share (:mod:`benchflow.ui.pages`, :mod:`benchflow.ui.bisection_pages`,
-:mod:`benchflow.ui.charts_pages`): a frame as a table, and the link to a DAG run's page in Airflow."""
+"""The HTML pieces the Benchmarks view's pages share (:mod:`benchflow.ui.pages`, :mod:`benchflow.ui.search_pages`,
+:mod:`benchflow.ui.charts_pages`): a frame as a table, the link to a search's page and to a DAG run's page in
+Airflow."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ if TYPE_CHECKING:
 def dag_id_of(campaign: str) -> str:
     """The DAG a campaign's spec builds (``bench_<name>``)."""
     return f"bench_{campaign}"
+
+
+def search_href(dag_id: str, run_id: str, prefix: str = "") -> str:
+    """A search's page in the Benchmarks view, whatever its strategy (:mod:`benchflow.ui.search_pages`)."""
+    return f"{prefix}search/{quote(str(dag_id), safe='')}/{quote(str(run_id), safe='')}"
 
 
 def run_href(dag_id: str, run_id: str) -> str:

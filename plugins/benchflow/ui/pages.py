@@ -11,7 +11,7 @@ from urllib.parse import quote
 from benchflow import kinds
 from benchflow.records import verdict_text
 from benchflow.spec import load_all
-from benchflow.ui import bisection_pages, charts_pages, compare_pages, config_search_pages
+from benchflow.ui import bisection_pages, charts_pages, compare_pages, search_pages
 from benchflow.ui.markup import dag_id_of, run_href, table
 from benchflow.warehouse import Warehouse, queries
 
@@ -121,9 +121,8 @@ def specs() -> tuple[dict[str, CampaignSpec], list[str]]:
 
 
 OTHER_PAGES = (
-    '<p><a href="searches">Searches</a>: every bisection, config search and tile search, and how each ended</p>'
-    '<p><a href="bisections">Bisections</a>: which payload commit made a case slower</p>'
-    '<p><a href="config-searches">Config searches</a>: which config of a space holds the most load per GPU</p>'
+    '<p><a href="searches">Searches</a>: every bisection (which payload commit made a case slower), config search '
+    "(which config of a space holds the most load per GPU) and tile search, and how each ended</p>"
 )
 
 
@@ -249,9 +248,7 @@ def campaign(warehouse: Warehouse, name: str) -> str:
     else:
         out.append(f'<p class="unjudged">none recorded; the latest valid run was {verdict(run)}</p>')
     out.append(_decisions(warehouse, name))
-    out.append(f"<h2>Bisections</h2>{bisection_pages.listing(warehouse, name, prefix='../')}")
-    if (spec := specs()[0].get(name)) is not None and spec.space is not None:
-        out.append(f"<h2>Config searches</h2>{config_search_pages.listing(warehouse, name, prefix='../')}")
+    out.append(f"<h2>Searches</h2>{search_pages.listing(warehouse, lambda dag_id: True, name, prefix='../')}")
     return "".join(out)
 
 

@@ -1,8 +1,9 @@
-"""The Benchmarks view's search pages, one kit for every strategy: every search (a bisection, a config search, a
-tile search) in one list, and one search's page: its status and answer, the hosts found down, and its keys in the
-order of its answer (each key's verdict, its figure with the interval, open where censored, and a link to each
-probe run). A bisection's and a config search's own pages (the confirm step, the Pareto chart, the winner's block)
-are linked from theirs."""
+"""The Benchmarks view's search pages, one kit and one route for every strategy: every search (a bisection, a config
+search, a tile search) in one list (all, or one campaign's), and one search's page: its status and answer, what it
+spent, the hosts found down, then the strategy's own section where it has one (a bisection's confirm step and probe
+chain: :mod:`~benchflow.ui.bisection_pages`; a config search's ranking, Pareto chart and winner's block:
+:mod:`~benchflow.ui.config_search_pages`), else its keys in the order of its answer (each key's verdict, its figure
+with the interval, open where censored, and a link to each probe run)."""
 
 from __future__ import annotations
 
@@ -10,26 +11,21 @@ import json
 import math
 from html import escape
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from benchflow.ui import bisection_pages, config_search_pages
-from benchflow.ui.markup import run_href, table
+from benchflow.ui.markup import run_href, search_href, table
 from benchflow.warehouse import queries
 
 if TYPE_CHECKING:
     from benchflow.warehouse import Warehouse
 
 EMPTY = '<p class="empty">(no search yet)</p>'
-OWN_PAGES = {"bisect": bisection_pages.page_href, "config": config_search_pages.page_href}  # a strategy's own page
+SECTIONS = {"bisect": bisection_pages.section, "config": config_search_pages.section}  # a strategy's own section
 
 
-def page_href(dag_id: str, run_id: str, prefix: str = "") -> str:
-    return f"{prefix}search/{quote(str(dag_id), safe='')}/{quote(str(run_id), safe='')}"
-
-
-def listing(warehouse: Warehouse, readable: Any, prefix: str = "") -> str:
-    """Every search the viewer may read the runs of (``readable(dag_id)``), newest first."""
-    found = queries.searches(warehouse) if warehouse.has("searches") else None
+def listing(warehouse: Warehouse, readable: Any, campaign: str | None = None, prefix: str = "") -> str:
+    """Every search (of one campaign) the viewer may read the runs of (``readable(dag_id)``), newest first."""
+    found = queries.searches(warehouse, campaign) if warehouse.has("searches") else None
     if found is None or not len(found):
         return EMPTY
     found = found[[bool(readable(d)) for d in found["dag_id"]]]
@@ -37,7 +33,7 @@ def listing(warehouse: Warehouse, readable: Any, prefix: str = "") -> str:
         return EMPTY
     shown = found[["run_id", "strategy", "campaign", "status", "best", "summary", "rounds", "probes"]].copy()
     runs = dict(zip(found["run_id"], found["dag_id"], strict=False))
-    links = {"run_id": lambda r: page_href(runs[r.run_id], r.run_id, prefix)}
+    links = {"run_id": lambda r: search_href(runs[r.run_id], r.run_id, prefix)}
     return table(shown, links=links).replace(' target="_top"', "")
 
 
@@ -53,27 +49,25 @@ def _figure(value: Any, low: Any, high: Any) -> str:
 
 
 def detail(warehouse: Warehouse, dag_id: str, run_id: str) -> str:
-    """One search of any strategy."""
+    """One search of any strategy: what every search says, then its strategy's own section or its keys."""
     found = queries.search(warehouse, dag_id, run_id) if warehouse.has("searches") else []
     if not len(found):
         raise KeyError(run_id)
     row = found.iloc[0]  # type: ignore[union-attr]
-    keys = queries.search_keys(warehouse, dag_id, run_id)
     status, strategy = str(row["status"]), str(row["strategy"])
-    css = "ok" if status in ("done", "found", "not_reproduced") else "muted" if status == "running" else "bad"
-    own = OWN_PAGES.get(strategy)
+    css = "muted" if status == "running" else "bad" if status.startswith(("failed", "cancelled")) else "ok"
+    own = SECTIONS[strategy](warehouse, dag_id, run_id) if strategy in SECTIONS else None
+    title, section = own or (f"{strategy} search of {row['campaign']}", "")
     out = [
         '<p class="muted"><a href="../../">All campaigns</a> · <a href="../../searches">All searches</a></p>',
-        f"<h1>{escape(strategy)} search of {escape(str(row['campaign']))}</h1>",
-        f'<p><span class="{css}">{escape(status)}</span>: {escape(str(row["summary"]))}</p>',
-        f'<p class="muted">{int(row["probes"])} probe runs · {int(row["rounds"])} rounds · '
-        f'<a href="{escape(run_href(dag_id, run_id))}" target="_top">the search\'s DAG run</a>'
-        + (f' · <a href="../../{escape(own(dag_id, run_id))}">its own page</a>' if own else "")
-        + "</p>",
+        f"<h1>{escape(title)}</h1>",
+        f'<p><span class="{css}">{escape(status.replace("_", " "))}</span>: {escape(str(row["summary"]))}</p>',
+        f'<p class="muted">{escape(strategy)} search · {int(row["probes"])} probe runs · {int(row["rounds"])} rounds · '
+        f'<a href="{escape(run_href(dag_id, run_id))}" target="_top">the search\'s DAG run</a></p>',
     ]
     for host, why in (json.loads(row["hosts_down"]) if isinstance(row["hosts_down"], str) else {}).items():
         out.append(f'<p class="bad">host {escape(host)} was down: {escape(str(why))}</p>')
-    out.append("<h2>Keys</h2>" + _keys(keys))
+    out.append(section or "<h2>Keys</h2>" + _keys(queries.search_keys(warehouse, dag_id, run_id)))
     return "".join(out)
 
 

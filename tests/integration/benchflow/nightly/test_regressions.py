@@ -659,7 +659,7 @@ def test_a_regression_on_a_git_campaign_plans_one_bisection_and_a_second_detecti
 
     listed, href = bisection_pages.with_bisect(warehouse, "toy_git", links[1][["run_id", "case_key", "metric"]])
     assert set(listed["bisect"]) == {"bisection"}
-    assert href(listed.iloc[0]) == f"../bisection/bench_bisect/{bisection['trigger_run_id']}"
+    assert href(listed.iloc[0]) == f"../search/bench_bisect/{bisection['trigger_run_id']}"
 
 
 def test_regressions_bisect_needs_a_payload_from_git(tmp_path):

@@ -107,21 +107,20 @@ def test_a_bisection_is_stored_and_its_probe_chain_shown(filled):
     assert list(chain["position"]) == sorted(chain["position"]) and chain["sha"].iloc[0] == OLD
     assert set(chain[chain["reused_from"].notna()]["sha"]) == {SHAS[7], SHAS[12]}
 
-    page = http.get("/bisection/bench_bisect/manual__bisect").text
-    assert "is the first bad commit" in page and SHAS[10][:12] in page
+    page = http.get("/search/bench_bisect/manual__bisect").text
+    assert "Bisection of toy" in page and "is the first bad commit" in page and SHAS[10][:12] in page
     assert "same as bad" in page and "same as good" in page and "reused: scheduled__night-8" in page
     assert "/dags/bench_toy/runs/bisect_" in page and 'target="_top"' in page  # each probe's DAG run
     assert "/dags/bench_toy/runs/scheduled__night-13" in page
     assert "<script" not in page
-    listing = http.get("/bisections").text
-    assert "bisection/bench_bisect/manual__bisect" in listing and "found" in listing
-    assert "../bisection/bench_bisect/manual__bisect" in http.get("/campaign/toy").text
-    assert http.get("/bisection/bench_bisect/nope").status_code == 404
-    # every search, whatever its strategy, on one list and one page kit: its keys in the answer's order
-    assert "search/bench_bisect/manual__bisect" in http.get("/searches").text
-    generic = http.get("/search/bench_bisect/manual__bisect").text
-    assert "bisect search of toy" in generic and SHAS[10] in generic and "its own page" in generic
+    listing = http.get("/searches").text  # every search, whatever its strategy, on one list and one page kit
+    assert "search/bench_bisect/manual__bisect" in listing and "found" in listing
+    assert "../search/bench_bisect/manual__bisect" in http.get("/campaign/toy").text
     assert http.get("/search/bench_bisect/nope").status_code == 404
+    # the strategy's page and list of before the one kit: moved, to the one page and list (a kept link still works)
+    moved = http.get("/bisection/bench_bisect/manual__bisect", follow_redirects=False)
+    assert moved.status_code == 308 and moved.headers["location"].endswith("/search/bench_bisect/manual__bisect")
+    assert http.get("/bisections", follow_redirects=False).headers["location"].endswith("/searches")
 
     saved_again = engine.save(bisection, warehouse, "bench_bisect", "manual__bisect")  # replaced, never doubled
     assert saved_again == result and len(queries.bisection_probes(warehouse, "bench_bisect", "manual__bisect")) == len(
@@ -136,13 +135,13 @@ def test_a_bisection_is_on_its_page_from_its_start_with_the_probe_runs_under_way
     bisection = Bisection(good=OLD, commits=SHAS[1:], better="lower", repeats=5)
     runs: dict[str, list[str]] = {}
     engine.save(as_search(bisection, runs), warehouse, "bench_bisect", "manual__fresh")
-    assert "manual__fresh" in http.get("/bisections").text  # listed from its first second
+    assert "manual__fresh" in http.get("/searches").text  # listed from its first second
     picks = bisection.next_round(now=0.0)
     for sha in picks:
         runs[sha] = [probe_run("manual__fresh", 1, sha)]
     result = engine.save(as_search(bisection, runs), warehouse, "bench_bisect", "manual__fresh")
     assert result["summary"] == f"running: confirming good and bad, {len(picks)} probe run(s) under way"
-    page = http.get("/bisection/bench_bisect/manual__fresh").text
+    page = http.get("/search/bench_bisect/manual__fresh").text
     assert "Probe runs under way" in page and "confirming good and bad" in page
     for sha in picks:
         assert f"/dags/bench_toy/runs/{probe_run('manual__fresh', 1, sha)}" in page
@@ -151,11 +150,14 @@ def test_a_bisection_is_on_its_page_from_its_start_with_the_probe_runs_under_way
 def test_the_bisection_pages_need_a_session_and_a_role_that_reads_the_bisect_runs(filled, auth):  # noqa: F811
     warehouse, _, http = filled
     engine.save(finished_bisection(), warehouse, "bench_bisect", "manual__bisect")
-    for path in ("/bisections", "/bisection/bench_bisect/manual__bisect"):
+    for path in ("/searches", "/search/bench_bisect/manual__bisect"):
         assert http.get(path).status_code == 200
         refused = TestClient(app, headers=auth("no_dags_bisect", "viewer")).get(path)
-        assert refused.status_code == 403 and "may not read the runs of bench_bisect" in refused.text
-        assert "is the first bad commit" not in refused.text and "bisection/bench_bisect/" not in refused.text
+        if path == "/searches":  # the list of every search: those of DAGs the viewer may not read are left out
+            assert refused.status_code == 200 and "manual__bisect" not in refused.text
+        else:
+            assert refused.status_code == 403 and "may not read the runs of bench_bisect" in refused.text
+        assert "is the first bad commit" not in refused.text and "search/bench_bisect/" not in refused.text
         login = TestClient(app).get(path, follow_redirects=False)
-        assert login.status_code == 303 and login.headers["location"].startswith("/auth/login?next=%2Fbisection")
-    assert http.get("/bisection/bench_bisect/" + "x" * 5000).status_code == 400
+        assert login.status_code == 303 and login.headers["location"].startswith("/auth/login?next=%2Fsearch")
+    assert http.get("/search/bench_bisect/" + "x" * 5000).status_code == 400

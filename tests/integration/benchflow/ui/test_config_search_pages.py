@@ -76,14 +76,15 @@ def test_a_search_is_stored_and_its_page_shows_the_ranking_the_front_and_the_win
     block = yaml.safe_load(queries.config_search(warehouse, DAG_ID, "manual__space")["winner_yaml"].iloc[0])
     assert block["configs"][0]["name"] == "g1_b8"
 
-    page = http.get(f"/config-search/{DAG_ID}/manual__space").text
+    page = http.get(f"/search/{DAG_ID}/manual__space").text
     assert "Config search of serving_space_local" in page and "best g1_b8" in page
     assert page.index("g1_b8") < page.index("g1_b6") and 'figure class="plot' in page
     assert "Pareto front" in page and "name: g1_b8" in page  # the chart's trace, the winner's block
     assert "excluded: constraint" in page
-    assert "manual__space" in http.get("/config-searches").text
-    assert "../config-search/bench_config_search/manual__space" in http.get(f"/campaign/{CAMPAIGN}").text
-    assert http.get(f"/config-search/{DAG_ID}/nope").status_code == 404
+    assert "manual__space" in http.get("/searches").text
+    assert "../search/bench_config_search/manual__space" in http.get(f"/campaign/{CAMPAIGN}").text
+    assert http.get(f"/search/{DAG_ID}/nope").status_code == 404
+    assert http.get(f"/config-search/{DAG_ID}/manual__space").url.path.endswith(f"/search/{DAG_ID}/manual__space")
 
 
 def test_a_later_search_reuses_what_an_earlier_one_measured_on_the_same_payload_and_gpus(warehouse):
