@@ -615,9 +615,7 @@ def bisections(w: Warehouse, campaign: str | None = None) -> pd.DataFrame:
         "dag_id, run_id, campaign, case_key, metric, good, bad, status, first_bad, parent, ratio, ratio_low, "
         "ratio_high, range_good, range_bad, suspects, probes, reused, rounds, summary, started_at, updated_at"
     )
-    if campaign is None:
-        return w.query(f"SELECT {columns} FROM bisections ORDER BY started_at DESC")
-    return w.query(f"SELECT {columns} FROM bisections WHERE campaign = {w.p} ORDER BY started_at DESC", [campaign])
+    return _newest_first(w, "bisections", columns, campaign)
 
 
 def bisection(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
@@ -679,9 +677,7 @@ def config_searches(w: Warehouse, campaign: str | None = None) -> pd.DataFrame:
         "dag_id, run_id, campaign, campaign_dag_id, status, best, configs, excluded, rounds, probes, search_probes, "
         "prompts, grid_probes, grid_prompts, reused, summary, started_at, updated_at"
     )
-    if campaign is None:
-        return w.query(f"SELECT {columns} FROM config_searches ORDER BY started_at DESC")
-    return w.query(f"SELECT {columns} FROM config_searches WHERE campaign = {w.p} ORDER BY started_at DESC", [campaign])
+    return _newest_first(w, "config_searches", columns, campaign)
 
 
 def config_search(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
@@ -718,9 +714,13 @@ def reusable_config_measures(w: Warehouse, hashes: list[str]) -> pd.DataFrame:
 def searches(w: Warehouse, campaign: str | None = None) -> pd.DataFrame:
     """Every search of any strategy (of one campaign), newest first."""
     columns = "dag_id, run_id, strategy, campaign, status, best, summary, rounds, probes, hosts_down, started_at"
-    if campaign is None:
-        return w.query(f"SELECT {columns} FROM searches ORDER BY started_at DESC")
-    return w.query(f"SELECT {columns} FROM searches WHERE campaign = {w.p} ORDER BY started_at DESC", [campaign])
+    return _newest_first(w, "searches", columns, campaign)
+
+
+def _newest_first(w: Warehouse, table: str, columns: str, campaign: str | None) -> pd.DataFrame:
+    """A search table's rows (of one campaign), newest first."""
+    where, args = (f" WHERE campaign = {w.p}", [campaign]) if campaign is not None else ("", [])
+    return w.query(f"SELECT {columns} FROM {table}{where} ORDER BY started_at DESC", args)
 
 
 def search(w: Warehouse, dag_id: str, run_id: str) -> pd.DataFrame:
