@@ -170,7 +170,7 @@ def judge(signals: Mapping[str, Any], given: Rules, context: str = "") -> Verdic
                 disagree.append(f"{concrete.verdict} but {', '.join(against)}")
                 continue
             line = say(concrete.says, signals)
-            limiter = role or concrete.verdict.split("-")[0]
+            limiter = None if concrete.verdict == NO_EVIDENCE else role or concrete.verdict.split("-")[0]
             return Verdict(concrete.verdict, limiter, _join(line, context), dict(signals))
     why = f"signals disagree ({'; '.join(disagree)})" if disagree else _missing(missing, signals)
     return Verdict(NO_EVIDENCE, None, _join(f"{NO_EVIDENCE}: {why}", context), dict(signals))
@@ -181,7 +181,8 @@ def _missing(missing: Sequence[str], signals: Mapping[str, Any]) -> str:
         return "no figures for the phase"
     if signals.get("note"):
         return str(signals["note"])
-    names = sorted(set(missing))
+    roles = {name.split(".")[0] for name in signals if "." in name}  # the parts the phase has (its server roles)
+    names = sorted(n for n in set(missing) if "." not in n or n.split(".")[0] in roles)  # not another layout's
     return "no rule holds" + (f" (missing: {', '.join(names[:8])})" if names else "")
 
 

@@ -88,25 +88,28 @@ def change_points(
     min_magnitude: float = MIN_MAGNITUDE,
 ) -> list[ChangePoint]:
     """Every change point of a case's series (nights in time order), with its size between the segments on either
-    side of it (up to the neighbouring change points) and the commits around it."""
+    side of it (up to the neighbouring change points) and the commits around it. Nights whose value cannot be a
+    measurement (:func:`left_out`) are not part of the series; each point's index is in ``nights`` as given."""
 
-    values = [n.value for n in nights]
+    kept = [i for i, n in enumerate(nights) if measured(n.value)]  # a NaN, an infinity or a 0: left out
+    values = [nights[i].value for i in kept]
     points = split_points(values, max_pvalue, min_magnitude)
     bounds = [0, *(i for i, _ in points), len(values)]
     out = []
-    for k, (index, p_value) in enumerate(points):
-        left, right = values[bounds[k] : index], values[index : bounds[k + 2]]
-        if len(left) < 2 or len(right) < 2 or min(left + right) <= 0:
+    for k, (at, p_value) in enumerate(points):
+        left, right = values[bounds[k] : at], values[at : bounds[k + 2]]
+        if len(left) < 2 or len(right) < 2:
             continue
         result = compare(left, right, better)
         ratio = result.ratio
         worse = ratio < 1 if better == "higher" else ratio > 1
+        index = kept[at]  # in the series as given
         out.append(
             ChangePoint(
                 index,
                 nights[index].night,
                 nights[index].run_id,
-                nights[index - 1].commit,
+                nights[kept[at - 1]].commit,
                 nights[index].commit,
                 _mean(left),
                 _mean(right),
@@ -118,6 +121,17 @@ def change_points(
             )
         )
     return out
+
+
+def measured(value: float) -> bool:
+    """Whether a night's value can be a measurement (a time, a rate: finite and above 0). One that cannot (a NaN, an
+    infinity, a 0 from a run that measured nothing) is left out of the series, so that it never hides a step."""
+    return math.isfinite(value) and value > 0
+
+
+def left_out(nights: Sequence[Night]) -> list[Night]:
+    """The nights :func:`change_points` leaves out of the series: their value cannot be a measurement."""
+    return [n for n in nights if not measured(n.value)]
 
 
 def suspected_drift(points: Sequence[ChangePoint], nights: int, lookback: int) -> ChangePoint | None:

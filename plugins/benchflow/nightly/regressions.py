@@ -27,13 +27,15 @@ valid rows.
 from __future__ import annotations
 
 import importlib
+import logging
+import math
 import statistics
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Literal
 
 from benchflow import kinds
 from benchflow.analysis.stats import compare
-from benchflow.nightly.changepoints import Night
+from benchflow.nightly.changepoints import Night, left_out
 from benchflow.nightly.changepoints import change_points as find_points
 from benchflow.records import Finding, Verdict
 from benchflow.warehouse import queries
@@ -43,6 +45,8 @@ SERIES_NIGHTS = 60  # the nights each case's series is searched for change point
 if TYPE_CHECKING:
     from benchflow.spec import RegressionLimits
     from benchflow.warehouse import Warehouse
+
+log = logging.getLogger(__name__)
 
 
 def direction(metric: str) -> str:
@@ -182,10 +186,24 @@ def change_points(
     series = queries.nightly_series(warehouse, campaign, gpu_model, until, SERIES_NIGHTS, since)
     out = []
     for (case_key, metric), rows in series.groupby(["case_key", "metric"], sort=True):
-        nights = [Night(str(r.night), str(r.run_id), float(r.value), _text(r.commit)) for r in rows.itertuples()]
+        nights = [Night(str(r.night), str(r.run_id), _float(r.value), _text(r.commit)) for r in rows.itertuples()]
+        for night in left_out(nights):
+            log.warning(
+                "%s at %s: night %s (run %s) left out of the series: %r is no measurement",
+                metric,
+                case_key,
+                night.night,
+                night.run_id,
+                night.value,
+            )
         better: Literal["higher", "lower"] = "higher" if direction(str(metric)) == "higher_is_better" else "lower"
         out += [(str(case_key), str(metric), point, len(nights)) for point in find_points(nights, better)]
     return out
+
+
+def _float(value: object) -> float:
+    """A series value as a float; a NULL (no value) as NaN, which the series leaves out."""
+    return float(value) if isinstance(value, int | float) else math.nan
 
 
 def _drift(points: list, limits: RegressionLimits) -> str | None:

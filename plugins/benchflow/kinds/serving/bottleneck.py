@@ -66,10 +66,20 @@ def signals(
         out["client_core_pct"] = load.own_cpu_pct * load.online_cpus
     if load is not None and load.busy_pct is not None:
         out["host_busy_pct"] = load.busy_pct
+    unread = [r for r in present if not any(s.get("scrapes") for s in servers if s.get("role") == r)]
+    if unread:  # a role whose metrics were not read: the rules say not enough evidence, naming it
+        out["unread_roles"] = float(len(unread))
+        out["unread"] = "; ".join(_unread(role, servers) for role in unread)
     notes = sorted({str(s["note"]) for s in servers if s.get("note")})
     if notes and not any(s.get("scrapes") for s in servers):
         out["note"] = "; ".join(notes)
     return out
+
+
+def _unread(role: str, servers: Sequence[Mapping[str, Any]]) -> str:
+    """``prefill (no metrics endpoint (HTTP 404 from …))``: a role whose metrics were not read, and why."""
+    notes = sorted({str(s["note"]) for s in servers if s.get("role") == role and s.get("note")})
+    return f"{role} ({'; '.join(notes)})" if notes else role
 
 
 def figures(signals_: Mapping[str, Any]) -> str:

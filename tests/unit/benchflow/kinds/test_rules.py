@@ -89,3 +89,25 @@ def test_a_kernel_row_is_placed_on_its_roofline():
     got = bottlenecks(rows, SimpleNamespace(run_args={"dtype": "bf16"}), [], [], kinds.get("kernel").bottleneck_rules())
     assert [(r["m"], r["verdict"]) for r in got] == [(1, "memory-bound"), (2048, "below-roofline")]
     assert json.loads(got[0]["evidence"])["pct_roofline"] == 85.0
+
+
+def test_missing_evidence_is_never_guessed_away():
+    """No GPU figures, or a PD config one of whose servers gave no metrics (its endpoint dead): not enough evidence,
+    naming what is missing, never "under-loaded … more load would be served" from the figures that are there."""
+    quiet = {"single": (2.0, 0.0, 0.2, 0)}
+    assert judge(_phase(quiet, {"single": 20}), SERVING).verdict == "under-loaded"  # idle GPUs, seen: said
+    blind = judge(_phase(quiet, {}), SERVING)
+    assert blind.verdict == NO_EVIDENCE and blind.limiter is None and "single.gpu_util_pct" in blind.says
+    found = _phase({"prefill": (0.1, 0.0, 0.1, 0), "decode": (2.0, 0.0, 0.2, 0)}, {"prefill": 20, "decode": 20})
+    assert judge(found, SERVING).verdict == "under-loaded"
+    rows = [
+        {"config": "c", "concurrency": 8, "repeat": 1, "server": "d", "role": "decode", "scrapes": 10}
+        | {"mean_running": 2.0, "mean_queued": 0.0, "max_kv_usage": 0.2, "preemptions": 0},
+        {"config": "c", "concurrency": 8, "repeat": 1, "server": "p", "role": "prefill", "scrapes": 0}
+        | {"note": "no answer from http://127.0.0.1:1/metrics (connection refused)"},
+    ]
+    gpus = [{"config": "c", "concurrency": 8, "repeat": 1, "server": "d", "gpu_index": 0, "mean_util_gpu_pct": 20}]
+    dead = judge(serving.signals({"config": "c", "concurrency": 8, "repeat": 1}, rows, gpus), SERVING)
+    assert dead.verdict == NO_EVIDENCE and dead.limiter is None
+    said = "no metrics from prefill (no answer from http://127.0.0.1:1/metrics (connection refused))"
+    assert dead.says == f"not enough evidence: {said}"

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from benchflow.nightly.changepoints import Night, change_points, suspected_drift
+from benchflow.nightly.changepoints import Night, change_points, left_out, suspected_drift
 from benchflow.nightly.regressions import judge
 from benchflow.spec import RegressionLimits
 
@@ -58,3 +58,17 @@ def test_a_slow_drift_is_suspected_before_the_per_night_check_fires(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_pure_noise_has_no_change_point_in_thirty_nights(seed):
     assert change_points(series(lambda i: 1.0, seed), "higher") == []
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 0.0, -1.0])
+@pytest.mark.parametrize("at", [3, 12, 25])
+def test_a_night_that_is_no_measurement_never_hides_a_step_and_is_left_out_by_name(bad, at):
+    """A 50 % step at night 20 is found whatever single night holds a NaN, an infinity, a 0 or a negative value; the
+    point's night and commits are those of the series as given, and the bad night is the one left out."""
+    nights = series(lambda i: 0.5 if i >= 20 else 1.0, 0)
+    nights[at] = Night(nights[at].night, nights[at].run_id, bad, nights[at].commit)
+    (point,) = change_points(nights, "higher")
+    assert point.index in (19, 20, 21) and point.worse and point.night == f"n{point.index:02d}"
+    before = point.index - 1 if point.index - 1 != at else point.index - 2  # the last night measured before it
+    assert point.good_commit == f"c{before:02d}" and point.ratio == pytest.approx(0.5, abs=0.02)
+    assert left_out(nights) == [nights[at]]
