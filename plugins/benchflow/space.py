@@ -15,9 +15,12 @@ Each combination of the dimensions' values is a config: ``derived`` values are c
 then every ``{name}`` of a dimension or derived value in the templates' text is filled (shell-quoted in a
 command; ``{python}`` and ``{port}`` stay for the server's own placeholders) and the result is checked as any
 config of a spec. Values are numbers, booleans or short words (letters, digits and ``_.:+-``), so nothing a
-value holds can reach a shell as anything but one word. Expressions are arithmetic, comparisons and ``and``/``or``/
-``not`` over the names, nothing else (no calls, no attributes). A space of more than :data:`MAX_COMBINATIONS`
-combinations, or whose kept configs are none or more than ``max_configs``, is refused naming the field.
+value holds can reach a shell as anything but one word, and no word starts with ``-`` (a flag). Expressions are
+ASCII arithmetic over numbers, comparisons and ``and``/``or``/``not`` over the names, nothing else (no calls, no
+attributes, no arithmetic on words). A space of more than :data:`MAX_COMBINATIONS` combinations, whose expressions
+would cost more than :data:`MAX_STEPS` steps to expand, whose name template names an unknown value, whose values
+write one word twice (``1`` and ``1.0``), or whose kept configs are none or more than ``max_configs``, is refused
+naming the field.
 """
 
 from __future__ import annotations
@@ -35,8 +38,12 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, field_validator, model_validator
 
 MAX_COMBINATIONS = 4096  # combinations of a space's dimensions, before its constraints
+# what expanding a space may cost: its combinations times the nodes of its derived values' and constraints'
+# expressions, each node one step of the evaluator (about half a second here at the limit, on a busy core)
+MAX_STEPS = 1_000_000
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,30}$")]
-Word = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:+-]{1,64}$")]
+# a word never starts with "-": filled into a command, it would be read as a flag (--trust-remote-code)
+Word = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:+][A-Za-z0-9_.:+-]{0,63}$")]
 Value = bool | int | float | Word
 Expr = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 RESERVED = ("python", "port")  # the server's own placeholders, filled when it launches
@@ -68,6 +75,8 @@ _COMPARE = {
 @functools.lru_cache(maxsize=512)
 def parse_expression(text: str) -> ast.expr:
     """The expression's tree once it holds only what :func:`evaluate` computes; ExpressionError says what not."""
+    if not text.isascii():  # Python reads full-width letters as ASCII names (NFKC): a name is written as it is
+        raise ExpressionError(f"{text!r}: only ASCII characters (a name's letters are a-z)")
     try:
         tree = ast.parse(text, mode="eval").body
     except SyntaxError as exc:
@@ -102,9 +111,12 @@ def _eval(node: ast.expr, values: dict[str, Any], text: str) -> Any:
                 raise ExpressionError(f"{text!r}: no dimension or derived value {node.id!r}")
             return values[node.id]
         if isinstance(node, ast.BinOp):
-            return _BINARY[type(node.op)](_eval(node.left, values, text), _eval(node.right, values, text))
+            left, right = _number(_eval(node.left, values, text), text), _number(_eval(node.right, values, text), text)
+            return _BINARY[type(node.op)](left, right)
         if isinstance(node, ast.UnaryOp):
             operand = _eval(node.operand, values, text)
+            if not isinstance(node.op, ast.Not):
+                operand = _number(operand, text)
             return (
                 not operand if isinstance(node.op, ast.Not) else -operand if isinstance(node.op, ast.USub) else operand
             )
@@ -122,6 +134,18 @@ def _eval(node: ast.expr, values: dict[str, Any], text: str) -> Any:
     except (TypeError, ZeroDivisionError, OverflowError) as exc:
         raise ExpressionError(f"{text!r}: {exc}") from None
     raise ExpressionError(f"{text!r}: cannot evaluate {type(node).__name__}")  # parse_expression allowed it
+
+
+def _number(value: Any, text: str) -> int | float:
+    """An operand of arithmetic: a number, never a word or a boolean (``'x' * 1000000000`` would allocate a GB)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ExpressionError(f"{text!r}: arithmetic on {value!r}, not a number")
+    return value
+
+
+def steps(text: str) -> int:
+    """The nodes of an expression: what evaluating it once costs."""
+    return sum(1 for _ in ast.walk(parse_expression(text)))
 
 
 @dataclass(frozen=True)
@@ -163,8 +187,8 @@ class ConfigSpace(BaseModel):
         for name, values in value.items():
             if name in RESERVED:
                 raise ValueError(f"{name!r} is the server's own placeholder: name the dimension otherwise")
-            if not 1 <= len(values) <= 64 or len(set(map(repr, values))) != len(values):
-                raise ValueError(f"{name}: 1 to 64 distinct values, got {values}")
+            if not 1 <= len(values) <= 64 or len({_word(v) for v in values}) != len(values):  # 1 and 1.0: one
+                raise ValueError(f"{name}: 1 to 64 distinct values (as a command writes them), got {values}")
         return value
 
     @field_validator("derived", "constraints")
@@ -186,9 +210,19 @@ class ConfigSpace(BaseModel):
         for i, text in enumerate(self.constraints):
             if unknown := names_in(text) - known:
                 raise ValueError(f"constraints[{i}]: {text!r} names {sorted(unknown)}, not a dimension or derived")
+        if not self.name.isascii():
+            raise ValueError(f"name: {self.name!r}: only ASCII characters (a name's letters are a-z)")
+        if unknown := set(_PLACEHOLDER.findall(self.name)) - known:
+            raise ValueError(f"name: {self.name!r} names {sorted(unknown)}, not a dimension or derived value")
         if (combinations := self.combinations()) > MAX_COMBINATIONS:
             raise ValueError(
                 f"dimensions: {combinations} combinations, over the limit of {MAX_COMBINATIONS}: fewer values"
+            )
+        cost = combinations * sum(steps(text) for text in [*self.derived.values(), *self.constraints])
+        if cost > MAX_STEPS:
+            raise ValueError(
+                f"derived and constraints: {combinations} combinations × their expressions' {cost // combinations} "
+                f"nodes is {cost} steps, over the limit of {MAX_STEPS}: fewer values or shorter expressions"
             )
         self._expansion = self._expand()  # refused here, naming the field, when it keeps none or too many
         return self
@@ -217,6 +251,11 @@ class ConfigSpace(BaseModel):
             name = self._name_of(values)
             if name in kept:
                 raise ValueError(f"name: {self.name or 'the default name'} gives {name!r} to two configs")
+            if len(kept) == self.max_configs:  # one more than allowed: no need to fill the rest
+                raise ValueError(
+                    f"max_configs: the space keeps more than max_configs {self.max_configs} configs: "
+                    "fewer values, a constraint, or a larger max_configs (at most 64)"
+                )
             data: dict[str, Any] = {
                 "name": name,
                 "servers": [self._fill(s, values, f"servers[{i}]") for i, s in enumerate(self.servers)],
@@ -228,11 +267,6 @@ class ConfigSpace(BaseModel):
         if not configs:
             first = excluded[0].reason if excluded else "no combination"
             raise ValueError(f"constraints: all {len(excluded)} combinations are excluded (the first: {first})")
-        if len(configs) > self.max_configs:
-            raise ValueError(
-                f"max_configs: the space keeps {len(configs)} configs, over max_configs {self.max_configs}: "
-                "fewer values, a constraint, or a larger max_configs (at most 64)"
-            )
         return Expansion(configs, kept, excluded)
 
     def _values_of(self, values: dict[str, Any]) -> dict[str, Any]:
@@ -241,6 +275,8 @@ class ConfigSpace(BaseModel):
                 values[name] = evaluate(text, values)
             except ExpressionError as exc:
                 raise ValueError(f"derived.{name}: {exc} (at {show(values)})") from None
+            if isinstance(values[name], float) and not math.isfinite(values[name]):
+                raise ValueError(f"derived.{name}: {text!r} is {values[name]} (at {show(values)}), not a number")
         return values
 
     def _excluded_by(self, values: dict[str, Any]) -> str:
@@ -278,7 +314,10 @@ class ConfigSpace(BaseModel):
                     return match.group(0)
                 if name not in values:
                     raise ValueError(f"{where}.{key}: {{{name}}} is not a dimension or derived value")
-                return str(quote(_word(values[name])))
+                word = _word(values[name])
+                if word.startswith("-") and isinstance(values[name], str):  # a word read as a flag
+                    raise ValueError(f"{where}.{key}: {{{name}}} is {word!r}, which a command reads as a flag")
+                return str(quote(word))
 
             out[key] = _PLACEHOLDER.sub(fill, text)
         return out

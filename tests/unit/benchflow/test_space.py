@@ -79,7 +79,7 @@ def test_a_space_over_the_limits_is_refused_naming_the_field(tmp_path):
     )
     with pytest.raises(SpecError, match=r"space: .*dimensions: 4352 combinations, over the limit of 4096"):
         spec_at(tmp_path, text=huge)
-    with pytest.raises(SpecError, match="max_configs: the space keeps 9 configs, over max_configs 4"):
+    with pytest.raises(SpecError, match="max_configs: the space keeps more than max_configs 4 configs"):
         spec_at(tmp_path, text=SPEC.format(constraints="[]").replace("  servers:", "  max_configs: 4\n  servers:"))
 
 
@@ -101,3 +101,40 @@ def test_expressions_compute_arithmetic_and_comparisons_only():
     for text in ("x.real", "[x]", "x if x else 1", "lambda: 1", "x ** 99999999"):
         with pytest.raises(space.ExpressionError):
             space.evaluate(text, {"x": 2})
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "says"),
+    [
+        (("max_batch: [2, 4, 8]", "max_batch: ['--trust-remote-code']"), "space.dimensions.max_batch", "pattern"),
+        (("max_batch: [2, 4, 8]", "max_batch: [2, 2.0]"), "space.dimensions", "distinct values"),
+        (('"g{gpus}_b{max_batch}"', '"g{gpus}_{typo}"'), "space", "names ['typo']"),
+        (('"g{gpus}_b{max_batch}"', '"ｇ{gpus}_b{max_batch}"'), "space", "only ASCII"),
+        (('last_gpu: "gpus - 1"', 'last_gpu: "ｇｐｕｓ - 1"'), "space.derived", "only ASCII"),
+        (('last_gpu: "gpus - 1"', "last_gpu: \"'x' * 1000000000\""), "space", "arithmetic on 'x', not a number"),
+        (('last_gpu: "gpus - 1"', "last_gpu: \"'-' + 'x'\""), "space", "not a number"),
+        (("concurrency: [1], prompts: [4]", "concurrency: [1, 1], prompts: [4, 4]"), "benchmark.args", "non-unique"),
+    ],
+)
+def test_what_would_slip_into_a_command_or_a_run_is_refused_at_validate(tmp_path, change, field, says):
+    """A flag as a value, one word written twice, a name the template does not know, letters that only look like
+    ASCII, arithmetic on words (a GB per combination), a level swept twice: each refused naming its field."""
+    text = SPEC.format(constraints="[]").replace(*change)
+    assert text != SPEC.format(constraints="[]")
+    with pytest.raises(SpecError) as caught:
+        spec_at(tmp_path, text=text)
+    assert any(e.field.startswith(field) and says in e.message for e in caught.value.errors), str(caught.value)
+
+
+def test_a_space_whose_expansion_would_cost_too_much_is_refused_before_it_runs(tmp_path):
+    """4,096 combinations times 32 long constraints, each within its own limits: refused by the steps expanding
+    them would take, naming the fields, before any is evaluated."""
+    values = "[" + ", ".join(map(str, range(64))) + "]"
+    long = " + ".join(["gpus * max_batch"] * 8) + " >= 0"
+    text = SPEC.format(constraints="[" + ", ".join([f'"{long}"'] * 32) + "]").replace(
+        "{gpus: [1, 2, 4], max_batch: [2, 4, 8]}", f"{{gpus: {values}, max_batch: {values}}}"
+    )
+    with pytest.raises(
+        SpecError, match=r"derived and constraints: 4096 combinations .* steps, over the limit of 1000000"
+    ):
+        spec_at(tmp_path, text=text)

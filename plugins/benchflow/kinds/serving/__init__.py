@@ -253,6 +253,7 @@ _LEVELS = {"type": "array", "minItems": 1, "maxItems": 64}
 FORM: dict[str, dict[str, Any]] = {
     "concurrency": {
         **_LEVELS,
+        "uniqueItems": True,  # two phases of one level would be one case twice: refused before the run, not after
         "items": {"type": "integer", "minimum": 1, "maximum": 4096},
         "title": "Concurrency levels (requests in flight)",
         "description": "Client concurrency of each phase. Unit: requests in flight at once. "
@@ -263,6 +264,7 @@ FORM: dict[str, dict[str, Any]] = {
     },
     "request_rate": {
         **_LEVELS,
+        "uniqueItems": True,
         "items": {"type": "number", "exclusiveMinimum": 0, "maximum": 100000},
         "title": "Request rates (requests/s)",
         "description": "Requests sent per second in each phase, on the arrival process of Burstiness (1: Poisson), "
