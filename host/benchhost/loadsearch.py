@@ -259,11 +259,15 @@ LATENCY_FIELDS = ("ttft_ms", "e2e_ms", "mean_itl_ms")
 
 
 def completed(row: Mapping[str, Any]) -> bool:
-    """A request that succeeded with times that read: ``ok``, and each latency it gives a finite number ≥ 0. A
-    NaN or negative time from a client is a failed request (counted in the failed fraction), never a success
-    whose value would break the order statistics."""
+    """A request that succeeded with times that read: ``ok``, the tokens the workload fixed where its row says
+    (``expected_tokens``), and each latency it gives a finite number ≥ 0. A NaN or negative time from a client is a
+    failed request (counted in the failed fraction), never a success whose value would break the order
+    statistics; so is a request some client called ok with fewer tokens than asked (a stream cut short)."""
     if not row.get("ok"):
         return False
+    expected, got = row.get("expected_tokens"), row.get("output_tokens")
+    if isinstance(expected, int) and expected > 0 and not (isinstance(got, int) and got >= expected):
+        return False  # a client called it ok with fewer tokens than the workload fixed: a cut stream
     for key in LATENCY_FIELDS:
         value = row.get(key)
         if value is None:

@@ -36,6 +36,24 @@ class Result:
     output_tokens: int = 0
     token_times: list[float] = field(default_factory=list)
     error: str = ""
+    finish_reason: str | None = None
+
+
+FINISHED = ("stop", "length")  # the finish reasons of an answer the server finished (not "abort", not none)
+
+
+def judge(result: Result, output_len: int, done: bool) -> None:
+    """A request is complete only when its stream ended as the protocol ends a finished answer (``data: [DONE]``
+    after a choice with a finish reason of :data:`FINISHED`) with the tokens the workload asked for (it fixes them:
+    ``ignore_eos``). Anything else fails it, saying how far it got: a cut stream is never a fast request."""
+    got = f"after {result.output_tokens} of {output_len} tokens"
+    if not done:
+        result.error = f"the stream ended without [DONE] {got}"
+    elif result.finish_reason not in FINISHED:
+        result.error = f"the answer ended with finish_reason {result.finish_reason!r} {got}"
+    elif result.output_tokens != output_len:
+        result.error = f"the answer ended ({result.finish_reason}) {got}"
+    result.ok = not result.error and result.output_tokens > 0
 
 
 def one_request(base_url: str, prompt: list[int], output_len: int) -> Result:
@@ -43,21 +61,29 @@ def one_request(base_url: str, prompt: list[int], output_len: int) -> Result:
     result = Result(start=time.perf_counter())
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=600)
     try:
-        body = json.dumps({"prompt": prompt, "max_tokens": output_len, "stream": True, "temperature": 0})
-        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        request = {"prompt": prompt, "max_tokens": output_len, "stream": True, "temperature": 0, "ignore_eos": True}
+        request["stream_options"] = {"include_usage": True}
+        conn.request("POST", "/v1/completions", json.dumps(request), {"Content-Type": "application/json"})
         response = conn.getresponse()
         if response.status != 200:
             result.error = f"HTTP {response.status}"
             return result
+        done, counted = False, None
         for raw in response:
             line = raw.strip()
-            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+            if line == b"data: [DONE]":
+                done = True
+                break
+            if not line.startswith(b"data: "):
                 continue
-            choice = json.loads(line[6:])["choices"][0]
+            chunk = json.loads(line[6:])
+            choice = (chunk.get("choices") or [{}])[0]
             if choice.get("text"):
                 result.token_times.append(time.perf_counter())
-        result.output_tokens = len(result.token_times)
-        result.ok = result.output_tokens > 0
+            result.finish_reason = choice.get("finish_reason") or result.finish_reason
+            counted = (chunk.get("usage") or {}).get("completion_tokens", counted)  # the server's own count
+        result.output_tokens = counted if isinstance(counted, int) else len(result.token_times)
+        judge(result, output_len, done)
         if result.ok:
             result.ttft = result.token_times[0] - result.start
             result.e2e = result.token_times[-1] - result.start
@@ -244,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                             "ok": r.ok,
                             "input_len": lens[seq],
                             "output_tokens": r.output_tokens,
+                            "expected_tokens": args.output_len,  # the workload fixes them (ignore_eos)
                             "ttft_ms": r.ttft * 1e3 if r.ok else None,
                             "e2e_ms": r.e2e * 1e3 if r.ok else None,
                             "mean_itl_ms": statistics.fmean(gaps) if gaps else None,
