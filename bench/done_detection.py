@@ -33,7 +33,6 @@ from benchtools.loopback_sshd import LoopbackSSHD
 PAYLOAD = """
 import sys, time
 
-ROOT = Path(__file__).resolve().parents[1]
 print("M ms/call tok/s us/token", flush=True)
 time.sleep(float(sys.argv[1]))
 open("marker_at", "w").write(repr(time.time()))
