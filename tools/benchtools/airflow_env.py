@@ -115,3 +115,17 @@ def ensure_pools() -> list[str]:
         else:
             lines.append(f"{name}: exists, {pool.slots} slot(s)")
     return lines
+
+
+def quiet_short_secrets() -> None:
+    """No "Skipping masking for a secret as it's too short" line before a command's answer: Airflow warns once per
+    process, when it reads a connection whose secret is too short to mask in a task's log; a bench command's output
+    has no task log, only the answer. Call it where the command reads Airflow connections."""
+    from airflow.sdk._shared.secrets_masker.secrets_masker import SecretsMasker
+
+    SecretsMasker._has_warned_short_secret = True
+    try:
+        from airflow._shared.secrets_masker.secrets_masker import SecretsMasker as CoreMasker
+    except ImportError:  # the SDK's copy alone
+        return
+    CoreMasker._has_warned_short_secret = True

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchtools.airflow_env import configure_airflow, ensure_pools
+from benchtools.airflow_env import configure_airflow, ensure_pools, quiet_short_secrets
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -439,6 +439,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from benchflow.warehouse import Warehouse
 
     configure_airflow()
+    quiet_short_secrets()
     warehouse = Warehouse.from_airflow()
     applied = warehouse.migrate()
     print(f"{warehouse.location}: {', '.join(applied) if applied else 'up to date'}")

@@ -310,3 +310,14 @@ def test_compare_says_when_every_row_was_left_out_as_not_ok_and_reminds_what_inc
     done = subprocess.run(noisy, capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "warning: B compares rows that were not judged ok (8 contended)" in done.stdout
+
+
+def test_migrate_prints_its_answer_alone_with_a_short_secret_in_the_warehouse_connection(tmp_path, var_dir):
+    """Airflow warns of a connection secret too short to mask in a task log; bench migrate has no task log: its
+    output is the answer line alone, whatever the connection holds."""
+    conn = {"conn_type": "duckdb", "host": str(tmp_path / "short.duckdb"), "password": "pw"}
+    env = {**os.environ, "AIRFLOW_CONN_BENCH_WAREHOUSE": json.dumps(conn)}
+    result = subprocess.run([BENCH, "migrate"], capture_output=True, text=True, cwd=PROJECT_ROOT, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    said = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    assert len(said) == 1 and said[0].startswith(f"{tmp_path / 'short.duckdb'}: 0001_init.sql"), said
