@@ -22,6 +22,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from benchflow import artifacts, params, payloads
 from benchflow.hosts import Host, HostError, get_host
+from benchflow.hosts.base import RESCHEDULE_MIN_S
 from benchflow.paths import HOST_CORE, HOST_CORE_DIR, kernels_dir
 from benchflow.payloads.manifest import MANIFEST_NAME, cached_sha256
 from benchflow.pipeline import Fetched
@@ -552,6 +553,8 @@ class AcquireHostSensor(HostOperator, BaseSensorOperator):
 
     def __init__(self, *, lease_ttl_s: float, **kwargs: Any):
         kwargs.setdefault("mode", "reschedule")
+        if kwargs["mode"] == "reschedule":  # whatever interval the spec gives: see RESCHEDULE_MIN_S
+            kwargs["poke_interval"] = max(float(kwargs.get("poke_interval", RESCHEDULE_MIN_S)), RESCHEDULE_MIN_S)
         super().__init__(**kwargs)
         self.lease_ttl_s = lease_ttl_s
 

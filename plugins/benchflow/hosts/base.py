@@ -14,6 +14,11 @@ from benchflow.paths import var_dir
 from benchflow.payloads.manifest import MANIFEST_NAME, build_manifest, format_manifest, manifest_sha256, parse_manifest
 
 RUN_HOST = "{{ params.host }}"  # a host task's host in a campaign with several hosts: the one its run picked
+# The shortest interval of a sensor that waits in reschedule mode, whatever a spec asks: Airflow 3.3's scheduler
+# fails a rescheduled task as "killed externally" when the executor's report that its last check ended comes after
+# the task was scheduled for its next one. Celery and Edge report a scheduler loop or more later, so checks a second
+# or two apart lost runs on a loaded machine (a probe waiting for its host's lease failed, and its bisection with it).
+RESCHEDULE_MIN_S = 15.0
 
 
 class HostError(RuntimeError):

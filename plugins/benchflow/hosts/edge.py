@@ -17,14 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from benchflow.hosts.base import RUN_HOST
+from benchflow.hosts.base import RESCHEDULE_MIN_S, RUN_HOST
 
 PREFIX = "edge:"
 EXECUTOR = "EdgeExecutor"  # Airflow's name for the Edge provider's executor (its class's name)
-# Airflow 3.3's scheduler fails a rescheduled task as "killed externally" when the executor's report that its last
-# check ended comes after the task was scheduled for its next one; the Edge executor reports through the database, a
-# scheduler loop or more later, so checks a second apart lost runs on a loaded machine.
-RESCHEDULE_S = 15.0
+RESCHEDULE_S = RESCHEDULE_MIN_S  # its waits are reschedule-mode waits (benchflow.hosts.base says why)
 
 
 def edge_queue(host_id: str) -> str | None:
