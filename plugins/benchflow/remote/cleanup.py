@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from benchflow.hosts.base import RUN_HOST
 from benchflow.remote import jobs, lease
 
 if TYPE_CHECKING:
@@ -52,17 +53,38 @@ def restore_services(host: Host, services: Iterable[Service], timeout: float = 3
     return done
 
 
+def on_run_host(dag: Any, host: str) -> None:
+    """Point every host task of ``dag`` whose host is its run's pick (the unrendered ``{{ params.host }}``) at
+    ``host``, checked against the campaign's hosts: the clean-up of a run acts where the run ran."""
+    for task in dag.tasks:
+        if getattr(task, "host_id", None) != RUN_HOST:
+            continue
+        if host not in (getattr(task, "host_ids", None) or [host]):
+            raise ValueError(f"host {host!r} of the run is not one of the campaign's hosts {task.host_ids}")
+        task.host_id = host
+        task.__dict__.pop("host", None)  # a Host resolved before, from the default
+
+
 def release_host(host: Host, owner: str) -> str:
     """Give the host's lease back if ``owner`` holds it: ``released``, ``not held`` or who holds it."""
     return host.check(lease.release_command(host.workdir, owner), 60, "release the host lease").stdout.strip()
 
 
 def undo_started(
-    dag: Any, run_id: str, states: dict[str, str | None], say: Callable[[str], None], started: Iterable[str]
+    dag: Any,
+    run_id: str,
+    states: dict[str, str | None],
+    say: Callable[[str], None],
+    started: Iterable[str],
+    host: str | None = None,
 ) -> list[str]:
     """What a run's teardowns would have done, for a run ended before they ran: each teardown task of ``dag``
     whose setup had started (its state in ``started``) and that has not itself finished, in the DAG's order,
-    through the task's :meth:`undo`. Returns the task ids whose clean-up failed."""
+    through the task's :meth:`undo`, on ``host``: the host the run itself used (its ``host`` param), which a
+    campaign with a pool of hosts names only in the run, never in the DAG. Returns the task ids whose clean-up
+    failed."""
+    if host is not None:
+        on_run_host(dag, host)
     problems: list[str] = []
     began = set(started)
     for task in _in_order(dag):

@@ -105,8 +105,9 @@ def _interrupted(spec: CampaignSpec, run_id: str, child: subprocess.Popen[bytes]
     watch.say(f"\n{clock()}  {name}: stopping the run, its benchmark, and restoring the services")
     _end_group(child)
     states = _states(spec.dag_id, run_id, watch)
+    host = metadata.run_host(spec.dag_id, run_id) or spec.host  # where the run ran, never the pool's first
     problems = cleanup.undo_started(
-        build_dag(spec), run_id, states, lambda line: watch.say(f"{clock()}  {line}"), STARTED
+        build_dag(spec), run_id, states, lambda line: watch.say(f"{clock()}  {line}"), STARTED, host
     )
     metadata.mark_failed(spec.dag_id, run_id)
     watch.say(f"run {run_id} stopped by {name}" + (f"; {len(problems)} clean-up step(s) failed" if problems else ""))

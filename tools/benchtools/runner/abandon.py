@@ -26,8 +26,9 @@ def main() -> int:
     for dag_id, run_id in metadata.unfinished_runs(sorted(by_dag)):
         print(f"run {run_id} of {dag_id} was still going: undoing what it started on its host", flush=True)
         states = {task_id: state for task_id, state, _, _ in metadata.task_states(dag_id, run_id)}
+        host = metadata.run_host(dag_id, run_id) or by_dag[dag_id].host  # where the run ran
         problems = undo_started(
-            build_dag(by_dag[dag_id]), run_id, states, lambda line: print(f"  {line}", flush=True), STARTED
+            build_dag(by_dag[dag_id]), run_id, states, lambda line: print(f"  {line}", flush=True), STARTED, host
         )
         tasks = metadata.mark_failed(dag_id, run_id)
         failed += bool(problems)

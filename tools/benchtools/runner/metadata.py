@@ -16,6 +16,18 @@ def _dag_run(session: Any, dag_id: str, run_id: str) -> Any:
     return session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
 
 
+def run_host(dag_id: str, run_id: str) -> str | None:
+    """The host a run asked for (its ``host`` param, in the conf it was triggered with); None when it named none
+    (a scheduled run: the campaign's default host) or the run is not there."""
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        dag_run = _dag_run(session, dag_id, run_id)
+        conf = (dag_run.conf or {}) if dag_run is not None else {}
+    host = conf.get("host") if isinstance(conf, dict) else None
+    return host if isinstance(host, str) and host else None
+
+
 def task_states(dag_id: str, run_id: str) -> list[TaskState]:
     """``[(task_id, state, start, end)]`` of the run's task instances, by start; ``[]`` until the run exists (or
     while the child is still creating Airflow's tables)."""
