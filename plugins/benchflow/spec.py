@@ -872,16 +872,24 @@ def load_all(directory: Path | None = None) -> tuple[list[CampaignSpec], list[Sp
 def spec_paths(directory: Path | None = None) -> tuple[list[Path], list[SpecError]]:
     """The spec files of a folder to load, and the errors of those refused by their name alone: a suffix in
     another case (``x.YAML``), a name another file has (``x.yaml`` and ``x.yml``)."""
-    directory = directory or campaigns_dir()
+    directory = Path(directory or campaigns_dir())
     paths: list[Path] = []
     errors: list[SpecError] = []
     seen: dict[str, Path] = {}
-    for path in spec_files(Path(directory)):
+    folder = _folder_campaigns(directory)
+    for path in spec_files(directory):
         if path.suffix not in SPEC_SUFFIXES:
             errors.append(SpecError(path, [_suffix_error(path)]))
             continue
         if path.stem in seen:
             clash = f"campaign {path.stem!r} is also defined in {seen[path.stem].name}: rename one"
+            errors.append(SpecError(path, [FieldError("name", clash, None)]))
+            continue
+        if path.stem in folder:  # two bundles, one DAG id: its runs would take whichever was parsed last
+            clash = (
+                f"campaign {path.stem!r} is also the deployment's campaigns folder's ({folder[path.stem]}): its DAG "
+                f"{DAG_PREFIX}{path.stem} belongs to that one; rename this one"
+            )
             errors.append(SpecError(path, [FieldError("name", clash, None)]))
             continue
         seen[path.stem] = path
@@ -890,6 +898,18 @@ def spec_paths(directory: Path | None = None) -> tuple[list[Path], list[SpecErro
 
 
 SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+def _folder_campaigns(directory: Path) -> dict[str, Path]:
+    """For a folder other than the deployment's campaigns folder (a git spec repository's bundle): the campaigns
+    folder's specs by name, which keep their DAG ids; empty for the campaigns folder itself."""
+    own = campaigns_dir()
+    try:
+        if directory.resolve() == own.resolve() or not own.is_dir():
+            return {}
+    except OSError:
+        return {}
+    return {p.stem: p for p in spec_files(own) if p.suffix in SPEC_SUFFIXES}
 
 
 def _suffix_error(path: Path) -> FieldError:

@@ -389,3 +389,23 @@ def test_server_roles_and_metrics_urls_come_from_the_spec():
         "decode": "http://127.0.0.1:31001/metrics",
         "r": "http://127.0.0.1:29100/metrics",
     }
+
+
+def test_a_spec_repository_campaign_named_as_a_folder_campaign_is_refused_naming_both(tmp_path, monkeypatch):
+    """Two bundles, one DAG id: the git spec repository's spec is refused (an import error of its bundle) naming the
+    campaigns folder's, which keeps the DAG; the folder's own parse is untouched and the repository's others load."""
+    from benchflow.spec import spec_paths
+
+    folder, repo = tmp_path / "campaigns", tmp_path / "repo"
+    folder.mkdir()
+    repo.mkdir()
+    write(folder, GOOD, "shared")
+    write(repo, GOOD, "shared")
+    write(repo, GOOD, "own")
+    monkeypatch.setenv("BENCH_CAMPAIGNS_DIR", str(folder))
+    paths, errors = spec_paths(repo)
+    assert [p.name for p in paths] == ["own.yaml"]
+    (error,) = errors
+    assert error.path == repo / "shared.yaml" and str(folder / "shared.yaml") in str(error), str(error)
+    assert "bench_shared belongs to that one" in str(error)
+    assert spec_paths(folder) == ([folder / "shared.yaml"], [])
