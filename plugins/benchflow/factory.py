@@ -35,6 +35,7 @@ from benchflow import kinds
 from benchflow import pipeline as step
 from benchflow.deadline import OverBudget, outer_seconds_left, time_budget
 from benchflow.hosts import RUN_HOST, routing
+from benchflow.hosts.edge import executor_missing
 from benchflow.operators import (
     ARGS_KEY,
     AcquireHostSensor,
@@ -220,15 +221,16 @@ def load_and_build(
 
 
 def build_checked(spec: CampaignSpec, path: Path | None = None, register: bool = True) -> DAG:
-    """:func:`build_dag`, with a failure reported as a :class:`SpecError` of the spec's file."""
-
+    """:func:`build_dag`, with a failure reported as a :class:`SpecError` of the spec's file; so is a host whose tasks
+    need an executor this deployment does not run (an Edge host without the Edge executor), which Airflow would
+    otherwise report against the whole DAG file."""
+    where = path or campaigns_dir() / f"{spec.name}.yaml"
+    if missing := executor_missing(routing(spec.host).executor):
+        raise SpecError(where, [FieldError("host", f"{spec.host!r} needs {missing}", None)])
     try:
         return build_dag(spec, register)
     except Exception as exc:  # one spec's failure must not take the others down, nor print a traceback
-        raise SpecError(
-            path or campaigns_dir() / f"{spec.name}.yaml",
-            [FieldError("", f"the DAG could not be built: {exc}", None)],
-        ) from exc
+        raise SpecError(where, [FieldError("", f"the DAG could not be built: {exc}", None)]) from exc
 
 
 def build_dag(spec: CampaignSpec, register: bool = True) -> DAG:

@@ -56,6 +56,23 @@ def routing(host_id: str) -> Routing:
     return Routing(EXECUTOR, queue, wait_mode="reschedule", deferrable=False, min_interval_s=RESCHEDULE_S)
 
 
+def executor_missing(executor: str | None) -> str | None:
+    """What a host's executor lacks in this deployment, in words (None: nothing; a host on the default executor
+    needs none): the executors Airflow runs are ``[core] executor``'s."""
+    if executor is None:
+        return None
+    from airflow.configuration import conf
+    from airflow.exceptions import UnknownExecutorException
+    from airflow.executors.executor_loader import ExecutorLoader
+
+    try:
+        ExecutorLoader.lookup_executor_name_by_str(executor, validate_teams=False)
+    except UnknownExecutorException:
+        configured = conf.get("core", "executor", fallback="")
+        return f"the {executor}, which this deployment does not run ([core] executor = {configured!r})"
+    return None
+
+
 def edge_queue_of_run(task: Any, conf: dict[str, Any] | None) -> str | None:
     """The queue a host task of a run with ``conf`` goes to, when its campaign picks among Edge hosts and the run
     asked for one (the ``host`` param, checked against the campaign's hosts when the run was triggered); None:

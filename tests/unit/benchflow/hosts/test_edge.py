@@ -57,3 +57,21 @@ def test_a_run_of_a_pool_of_edge_hosts_goes_to_the_queue_of_the_host_it_picked(t
     assert edge_queue_of_run(parse, {"host": "edge:gpu_b"}) is None
     single = build_dag(load_spec(write(tmp_path, GOOD.replace("host: local", "host: edge:gpu_a"))), register=False)
     assert edge_queue_of_run(single.task_dict["launch_benchmark"], {"host": "edge:gpu_b"}) is None  # no host param
+
+
+def test_an_edge_spec_in_a_deployment_without_the_edge_executor_is_refused_alone(tmp_path):
+    """This process runs Airflow's default executor alone (as a deployment without Edge does): the Edge spec is
+    refused naming the missing executor, through the DAG file's path (bench validate's too), and every other
+    campaign of the folder is built."""
+    from airflow.configuration import conf
+
+    from benchflow.factory import build_all
+
+    assert "Edge" not in conf.get("core", "executor")  # the premise: no Edge executor here
+    write(tmp_path, GOOD.replace("host: local", "host: edge:gpu_edge"), "on_edge")
+    write(tmp_path, GOOD, "on_local")
+    dags, errors = build_all(register=False, folder=tmp_path)
+    assert [d.dag_id for d in dags] == ["bench_on_local"]
+    (error,) = errors
+    assert error.path.name == "on_edge.yaml" and "host: 'edge:gpu_edge' needs the EdgeExecutor" in str(error)
+    assert "which this deployment does not run ([core] executor = " in str(error), str(error)
