@@ -58,6 +58,7 @@ class Endpoint:
         self.buffer = b""
         self.ok = self.failed = 0
         self.first_error = self.last_error = ""
+        self.deadline = 0.0  # of the exchange under way (monotonic)
         self.answered = ""  # the last error answer of a server that was up (HTTP 404: no metrics endpoint)
         self.paused_until = 0.0
 
@@ -79,10 +80,10 @@ class Endpoint:
         raise ConnectionError("unreachable")
 
     def _exchange(self, path: str, timeout: float) -> str:
+        self.deadline = time.monotonic() + timeout  # the whole exchange, whatever the server trickles
         if self.socket is None:
             self.socket = socket.create_connection((self.host, self.port), timeout=timeout)
             self.buffer = b""
-        self.socket.settimeout(timeout)
         self.socket.sendall(
             f"GET {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nAccept: text/plain\r\n\r\n".encode()
         )
@@ -100,16 +101,21 @@ class Endpoint:
         return body.decode(errors="replace")
 
     def _body(self, headers: dict[bytes, bytes]) -> bytes:
+        """The answer's body, never more than MAX_BODY and never past its end: an answer declared larger is refused
+        before it is read (its rest would be taken for the next answer on a kept-alive connection)."""
         if b"content-length" in headers:
-            return self._exactly(min(int(headers[b"content-length"]), MAX_BODY))
+            length = int(headers[b"content-length"])
+            if not 0 <= length <= MAX_BODY:
+                raise ValueError(f"an answer of {length} bytes, over {MAX_BODY}")
+            return self._exactly(length)
         if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
             chunks, size = [], 0
             while (length := int(self._until(b"\r\n").split(b";")[0], 16)) > 0:
+                size += length
+                if size > MAX_BODY:  # before the chunk is read: one chunk may declare a GiB
+                    raise ValueError(f"an answer of over {MAX_BODY} bytes")
                 chunks.append(self._exactly(length))
                 self._exactly(2)
-                size += length
-                if size > MAX_BODY:
-                    raise ValueError(f"an answer of over {MAX_BODY} bytes")
             self._until(b"\r\n")
             return b"".join(chunks)
         body = self._rest()  # neither: the body ends with the connection
@@ -118,6 +124,10 @@ class Endpoint:
 
     def _fill(self) -> None:
         assert self.socket is not None
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the answer took longer than the read's time")
+        self.socket.settimeout(left)
         chunk = self.socket.recv(65536)
         if not chunk:
             raise EOFError("the server closed the connection")
@@ -161,7 +171,10 @@ class Endpoint:
         except urllib.error.HTTPError as exc:
             error = self.answered = f"HTTP {exc.code}"
             self.paused_until = time.monotonic() + ERROR_PAUSE_S
-        except (OSError, ValueError, EOFError) as exc:
+        except (TimeoutError, ValueError) as exc:  # too slow or too large: it would cost the others their period
+            error = str(exc or type(exc).__name__)[:200]
+            self.paused_until = time.monotonic() + ERROR_PAUSE_S
+        except (OSError, EOFError) as exc:
             error = str(getattr(exc, "reason", None) or exc or type(exc).__name__)[:200]
         self.failed += 1
         self.first_error = self.first_error or error
@@ -208,9 +221,12 @@ class Writer:
         return True
 
 
-def sample(endpoints: list[Endpoint], writer: Writer, period: float) -> bool:
-    """Read every endpoint once; False when the size bound stopped the writing."""
+def sample(endpoints: list[Endpoint], writer: Writer, period: float, stop: Stop | None = None) -> bool:
+    """Read every endpoint once (each within the period, at most 2 s); False when the size bound stopped the
+    writing. A stop asked for ends the pass before the next endpoint."""
     for index, endpoint in enumerate(endpoints):
+        if stop is not None and stop.requested:
+            break
         values = endpoint.read(timeout=min(max(period, 0.1), 2.0))
         if values is not None and not writer.write(time.time(), index, values):
             writer.flush()
@@ -227,7 +243,7 @@ def run(args: argparse.Namespace, endpoints: list[Endpoint], info: dict[str, Any
     deadline = time.monotonic() + args.max_s if args.max_s else math.inf
     next_at, info_at, why = time.monotonic(), 0.0, "max-s"
     while not stop.requested and time.monotonic() < deadline:
-        if not sample(endpoints, writer, period):
+        if not sample(endpoints, writer, period, stop):
             why = "max-bytes"
             break
         if args.marker_file is not None and not args.marker_file.exists():
