@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from benchflow.paths import host_python
 from benchhost.metrics_sampler import MAX_BODY
 from benchhost.telemetry.servers import read_samples
 from tests.conftest import PROJECT_ROOT, wait_for
@@ -74,11 +75,9 @@ def endpoints() -> Iterator[list[str]]:
 
 
 def test_hostile_endpoints_cost_the_good_one_nothing_and_sigterm_stops_the_sampler(endpoints, tmp_path):
-    command = [".venv-host/bin/python", "-m", "benchhost.metrics_sampler", "--out", str(tmp_path), "--period-ms", "100"]
+    command = [host_python(), "-m", "benchhost.metrics_sampler", "--out", str(tmp_path), "--period-ms", "100"]
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "host")}
-    sampler = subprocess.Popen(
-        [*command, *(w for u in endpoints for w in ("--endpoint", u))], env=env, cwd=PROJECT_ROOT
-    )
+    sampler = subprocess.Popen([*command, *(w for u in endpoints for w in ("--endpoint", u))], env=env)
     rows = tmp_path / "samples.csv"
 
     def good_reads() -> int:
