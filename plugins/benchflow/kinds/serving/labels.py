@@ -96,6 +96,7 @@ class Label:
     column: str | None
     unit: str
     role: Role
+    suffix: bool = False  # the tool prints the unit after the value (``Median TTFT: 12.3 ms``): never assumed
 
 
 def normalise(label: str) -> str:
@@ -141,7 +142,7 @@ def table() -> tuple[dict[str, Label], list[tuple[re.Pattern[str], str, str]], l
         elif "{" in key:
             templates.append((_template(key), row["column"], unit))
         elif key not in exact or exact[key].column is None:
-            exact[key] = Label(key, column, unit, role_of(column))
+            exact[key] = Label(key, column, unit, role_of(column), row["unit_place"] == "suffix")
     return exact, templates, loose
 
 
@@ -155,15 +156,18 @@ def lookup(label: str) -> Label | None:
         return _MEMO[label]
     except KeyError:
         pass
-    found = None if "   " in label.strip() else resolve(normalise(label))  # wide gaps: a table's columns
+    # wide gaps: a table's columns; a raw metric key (FastDeploy's ``Mean prefill_cost_time (ms)``) has underscores
+    found = None if "   " in label.strip() else resolve(normalise(label), raw_key="_" in label)
     if len(_MEMO) > 50_000:
         _MEMO.clear()
     _MEMO[label] = found
     return found
 
 
-def resolve(key: str) -> Label | None:
-    """A normalised label: the table, its templates, the ``<stat> <metric> (<unit>)`` grammar, raw names."""
+def resolve(key: str, raw_key: bool = True) -> Label | None:
+    """A normalised label: the table, its templates, the ``<stat> <metric> (<unit>)`` grammar, raw names (only
+    where the printed label holds a raw metric key, ``raw_key``: any other statistic of an unknown metric, such as
+    a newer client's ``Mean Client Queue Time (ms)``, is unknown, and warned about, never taken as ignored)."""
     exact, templates, loose = table()
     if key in exact:
         return exact[key]
@@ -175,7 +179,7 @@ def resolve(key: str) -> Label | None:
         if metric is not None:
             stat = f"p{_p_word(parts['p'])}" if parts["p"] else STAT_NAMES[parts["stat"]]
             return _known(key, f"{stat}_{metric}_ms", parts["unit"])
-    for pattern, unit in loose:
+    for pattern, unit in loose if raw_key else ():
         if pattern.match(key):
             return Label(key, None, unit, "ignored")
     return None

@@ -688,13 +688,15 @@ def _factor(entry: Label, label: str, rest: str, line_no: int, notes: Notes) -> 
     warning) when the unit does not fit the column."""
     assert entry.column is not None
     unit = entry.unit
-    rest = rest.strip(" ,;")  # the separator of a dict or list the block was pasted as
-    if rest:
-        suffix = unit_of(rest)
-        if suffix is not None:
-            unit = suffix
-        elif not _RULE_RUN_RE.match(rest) and not (entry.column == "request_rate" and rest.startswith("(")):
-            notes.warn(line_no, f"text after the value of {label!r} ignored: {rest[:80]!r}")
+    rest = rest.strip(" ,;").rstrip(" ,;]})'\"")  # the separators and closers of a dict or list it was pasted as
+    suffix = unit_of(rest) if rest else None
+    if suffix is not None:
+        unit = suffix
+    elif rest and not _RULE_RUN_RE.match(rest) and not (entry.column == "request_rate" and rest.startswith("(")):
+        notes.warn(line_no, f"text after the value of {label!r} ignored: {rest[:80]!r}")
+    if suffix is None and entry.suffix:  # the tools that print this label print its unit after the value
+        notes.warn(line_no, f"{label!r} without the unit its tools print after the value ({unit}); not read")
+        return None
     factor = scale(unit, entry.column)
     if factor is None:
         notes.warn(line_no, f"{label!r}: unit {unit!r} does not fit {entry.column}; not read")

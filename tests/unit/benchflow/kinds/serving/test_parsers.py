@@ -543,3 +543,34 @@ def test_a_block_written_as_a_markdown_list_or_in_bold_reads_the_same(style: str
 def test_a_block_as_a_list_on_one_line_or_html_lines_reads_the_same(paste: str):
     parsed = parse_text(paste + "\n")
     assert parsed.rows[0] == rows_of(VLLM)[0] and parsed.complete and parsed.warnings == []
+
+
+BLOCK = """============ Serving Benchmark Result ============
+Successful requests:                     10
+Benchmark duration (s):                  5.00
+Request throughput (req/s):              2.00
+{lines}
+==================================================
+"""
+
+
+def test_a_statistic_of_a_metric_the_table_does_not_know_is_warned_about_never_dropped_silently():
+    """A newer client's ``Mean Client Queue Time (ms)`` reads like a fork's raw metric key the table ignores by
+    pattern; only a label holding a raw key (``prefill_cost_time``) is that fork's. Every other is warned about."""
+    lines = "Mean Client Queue Time (ms):             1.00\nP99 Client Queue Time (ms):              2.00"
+    parsed = parse_text(BLOCK.format(lines=lines), "serving")
+    assert parsed.rows and any("unknown label 'Mean Client Queue Time (ms)'" in w for w in parsed.warnings)
+    assert any("unknown label 'P99 Client Queue Time (ms)'" in w for w in parsed.warnings), parsed.warnings
+    fork = parse_text(BLOCK.format(lines="Mean prefill_cost_time (ms):             1.00"), "serving")
+    assert not any("prefill_cost_time" in w for w in fork.warnings), fork.warnings  # the fork's, declared ignored
+
+
+def test_a_unit_its_tools_print_after_the_value_is_never_assumed_when_missing():
+    """``Median TTFT: 1.58`` (a multi-turn tool's seconds, no unit) is not stored as 1.58 ms beside a mean read
+    with its unit; the line is named. With the unit after the value, both read."""
+    parsed = parse_text(BLOCK.format(lines="Mean TTFT: 1440.00 ms\nMedian TTFT: 1.58"), "serving")
+    (row,) = parsed.rows
+    assert row["mean_ttft_ms"] == 1440.0 and row["median_ttft_ms"] is None, row
+    assert any("'Median TTFT' without the unit its tools print after the value (ms)" in w for w in parsed.warnings)
+    seconds = parse_text(BLOCK.format(lines="Mean TTFT: 1.44 s\nMedian TTFT: 1.58 s"), "serving").rows[0]
+    assert (seconds["mean_ttft_ms"], seconds["median_ttft_ms"]) == (1440.0, 1580.0)
