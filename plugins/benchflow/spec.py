@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from benchflow import kinds
+from benchflow.kinds.options import BenchmarkOptions
 from benchflow.hosts import edge_queue
 from benchflow.params import check_defaults
 from benchflow.paths import campaigns_dir, kernels_dir
@@ -271,10 +272,11 @@ def _metrics_port(member: Server, router: bool) -> int:
     return int(given[0]) if given else ROUTER_METRICS_PORT
 
 
-class Benchmark(_Model):
+class Benchmark(BenchmarkOptions):
     """The fields of a spec's ``benchmark`` section that every kind has; each kind adds its own (its
     ``options`` model: the generic kind's ``patterns``, serving's ``repeats`` and ``warmup``), and
-    :func:`benchmark_model` combines them."""
+    :func:`benchmark_model` combines them. What the kind's fields mean to a run (its parser's keywords, its
+    suite's parameters ...) are the options model's methods, nothing by default."""
 
     script: PayloadPath = Field(description="script inside the payload, run with the host's python")
     args: dict[Ident, ArgValue] = Field(default_factory=dict, description="rendered as --key value")
