@@ -33,8 +33,8 @@ from pydantic import (
 )
 
 from benchflow import kinds
-from benchflow.kinds.options import BenchmarkOptions
 from benchflow.hosts import edge_queue
+from benchflow.kinds.options import BenchmarkOptions
 from benchflow.params import check_defaults
 from benchflow.paths import campaigns_dir, kernels_dir
 from benchflow.payloads import GitPayload

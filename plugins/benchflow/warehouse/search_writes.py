@@ -6,11 +6,23 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from benchflow.searches.engine import Search
     from benchflow.warehouse import Warehouse
+
+
+class Search(Protocol):
+    """What these writes read of a search (:class:`benchflow.searches.engine.Search`): the warehouse sits below the
+    engine, so it names the fields, not the class."""
+
+    strategy: str
+    campaign: str
+    campaign_dag_id: str
+    facts: dict[str, Any]
+    runs: dict[str, list[str]]
+    down: dict[str, str]
+
 
 BISECTION_COLUMNS = (
     "dag_id, run_id, campaign, case_key, metric, good, bad, status, first_bad, parent, ratio, ratio_low, "
