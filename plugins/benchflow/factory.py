@@ -37,6 +37,7 @@ from benchflow.deadline import OverBudget, outer_seconds_left, time_budget
 from benchflow.hosts import RUN_HOST, routing
 from benchflow.hosts.edge import executor_missing
 from benchflow.operators import (
+    ACQUIRE_TASK,
     ARGS_KEY,
     AcquireHostSensor,
     DeployPayloadOperator,
@@ -314,7 +315,7 @@ def _before_benchmark(
         **on_host,
     )
     acquire = AcquireHostSensor(
-        task_id="acquire_host",
+        task_id=ACQUIRE_TASK,
         lease_ttl_s=spec.lease_seconds(),
         timeout=timeouts.host_wait,
         poke_interval=routing(spec.host).interval(timeouts.host_poke_interval),
@@ -375,6 +376,7 @@ def _host_stages(spec: CampaignSpec, on_host: dict[str, Any]) -> tuple[BaseOpera
     restore.as_teardown(setups=stop, on_failure_fail_dagrun=True)
     [restore, fetch] >> release
     release.as_teardown(setups=acquire, on_failure_fail_dagrun=True)
+    release.trigger_rule = TriggerRule.ALL_DONE  # also after a failed acquire_host: see ReleaseHostOperator
     return preflight, deploy, fetch
 
 

@@ -539,6 +539,10 @@ class DoneMarkerSensor(HostOperator, BaseSensorOperator):
         raise AirflowFailException(message)
 
 
+ACQUIRE_TASK = "acquire_host"
+LEASE_ASKED_KEY = "lease_asked"  # acquire_host's XCom: the owner it asked the host's lease for
+
+
 class AcquireHostSensor(HostOperator, BaseSensorOperator):
     """Take the host's lease before anything touches its GPUs; wait while another campaign holds it.
 
@@ -562,6 +566,7 @@ class AcquireHostSensor(HostOperator, BaseSensorOperator):
 
     def poke(self, context: Context) -> bool:
         owner = self._owner = layout.lease_owner(context["dag"].dag_id, context["run_id"])
+        context["ti"].xcom_push(key=LEASE_ASKED_KEY, value=owner)  # before asking: release_host then gives it back
         command = lease.acquire_command(self.host.workdir, owner, self.lease_ttl_s)
         state = lease.parse_acquire(self.host.check(command, 60, "take the host lease").stdout)
         if state.acquired:
@@ -587,7 +592,17 @@ class AcquireHostSensor(HostOperator, BaseSensorOperator):
 
 
 class ReleaseHostOperator(TeardownOperator):
-    """Teardown: give the host's lease back, so the next campaign queued for the host can start."""
+    """Teardown: give the host's lease back, so the next campaign queued for the host can start.
+
+    It runs once everything before it is done, whatever state ``acquire_host`` ended in (the factory gives it the
+    trigger rule ``all_done``), and acts whenever the run asked for the lease (``acquire_host``'s XCom, pushed
+    before each ask): a poke that took the lease and could not report its success (its run was marked failed at
+    that instant) leaves the task failed, not the lease held. A run that never asked skips it."""
+
+    def execute(self, context: Context) -> Any:
+        if context["ti"].xcom_pull(task_ids=ACQUIRE_TASK, key=LEASE_ASKED_KEY) is None:
+            raise AirflowSkipException(f"the run never asked for host {self.host_id}'s lease")
+        return super().execute(context)
 
     def undo(self, dag_id: str, run_id: str) -> str:
         owner = layout.lease_owner(dag_id, run_id)

@@ -173,6 +173,8 @@ def test_dag_settings():
     assert dag.task_dict["stop_services"].is_setup and dag.task_dict["launch_benchmark"].is_setup
     assert dag.task_dict["fetch_artifacts"].trigger_rule == "all_done"
     assert dag.task_dict["acquire_host"].is_setup and dag.task_dict["release_host"].is_teardown
+    # the lease is given back whenever the run asked for it, a failed acquire_host too (its poke may have taken it)
+    assert dag.task_dict["release_host"].trigger_rule == "all_done"
     assert dag.task_dict["acquire_host"].mode == "reschedule"  # a queued campaign holds no worker slot
     t = spec.timeouts
     lease = t.preflight + 2 * t.services + t.deploy + 2 * t.launch + t.benchmark + t.fetch + 600 + spec.gpus_free.wait
