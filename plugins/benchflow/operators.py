@@ -566,7 +566,8 @@ class AcquireHostSensor(HostOperator, BaseSensorOperator):
 
     def poke(self, context: Context) -> bool:
         owner = self._owner = layout.lease_owner(context["dag"].dag_id, context["run_id"])
-        context["ti"].xcom_push(key=LEASE_ASKED_KEY, value=owner)  # before asking: release_host then gives it back
+        if (ti := context.get("ti")) is not None:  # before asking: release_host then gives back what this takes
+            ti.xcom_push(key=LEASE_ASKED_KEY, value=owner)
         command = lease.acquire_command(self.host.workdir, owner, self.lease_ttl_s)
         state = lease.parse_acquire(self.host.check(command, 60, "take the host lease").stdout)
         if state.acquired:
