@@ -16,9 +16,11 @@ from benchflow.payloads.manifest import MANIFEST_NAME, build_manifest, format_ma
 RUN_HOST = "{{ params.host }}"  # a host task's host in a campaign with several hosts: the one its run picked
 # The shortest interval of a sensor that waits in reschedule mode, whatever a spec asks: Airflow 3.3's scheduler
 # fails a rescheduled task as "killed externally" when the executor's report that its last check ended comes after
-# the task was scheduled for its next one. Celery and Edge report a scheduler loop or more later, so checks a second
-# or two apart lost runs on a loaded machine (a probe waiting for its host's lease failed, and its bisection with it).
-RESCHEDULE_MIN_S = 15.0
+# the task was scheduled for its next one. Celery reports a scheduler loop (about a second) later, so checks 2 s
+# apart lost runs on a loaded machine (a probe waiting for its host's lease failed, and its bisection with it); 5 s
+# leaves it five loops. The Edge executor reports through the database, later still: its hosts wait 15 s
+# (benchflow.hosts.edge.RESCHEDULE_S).
+RESCHEDULE_MIN_S = 5.0
 
 
 class HostError(RuntimeError):

@@ -21,7 +21,7 @@ from benchflow.hosts.base import RESCHEDULE_MIN_S, RUN_HOST
 
 PREFIX = "edge:"
 EXECUTOR = "EdgeExecutor"  # Airflow's name for the Edge provider's executor (its class's name)
-RESCHEDULE_S = RESCHEDULE_MIN_S  # its waits are reschedule-mode waits (benchflow.hosts.base says why)
+RESCHEDULE_S = 3 * RESCHEDULE_MIN_S  # its waits reschedule (benchflow.hosts.base says why), reported through the DB
 
 
 def edge_queue(host_id: str) -> str | None:
