@@ -577,8 +577,8 @@ class AcquireHostSensor(HostOperator, BaseSensorOperator):
         return False
 
     def on_kill(self) -> None:
-        """Killed mid-poke (its run marked failed): the lease this poke may just have taken is given back, since
-        the run's ``release_host`` teardown runs only after a setup that succeeded, which this one then is not."""
+        """Killed mid-poke (its run marked failed): the lease this poke may just have taken is given back at once,
+        not only by the run's ``release_host`` teardown, which a run ended this way may never get to run."""
         if self._owner is None:
             return
         try:
