@@ -152,7 +152,7 @@ class ResultKind:
     plots: Callable[[pd.DataFrame, str], list[tuple[str, Any]]] | None = None  # (run rows, title) → figures
     # (rows, benchflow.telemetry.run.RunTelemetry) → the columns each row gains: energy, host load, validity
     telemetry: Callable[[list[dict[str, Any]], Any], list[dict[str, Any]]] | None = None
-    # its bottleneck rules (data: benchmark.kinds.rules reads them) and, given them, (rows, RunTelemetry, phase GPU
+    # its bottleneck rules (data: benchflow.kinds.rules reads them) and, given them, (rows, RunTelemetry, phase GPU
     # rows, phase server rows, rules) → one verdict row per phase over the kind's signals; None: no verdict
     rules: Path | None = None
     bottlenecks: Callable[..., list[dict[str, Any]]] | None = None
